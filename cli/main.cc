@@ -1,0 +1,29 @@
+// latentgate: one binary, one subcommand per capability (see docs/cli.md).
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "cli/global_flags.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"LatentGate: an OpenAI-compatible prompt-caching gateway for DeepSeek MLA models"};
+  app.set_version_flag("--version", "latentgate 0.1.0");
+  app.require_subcommand(1);
+
+  lg::cli::GlobalFlags flags;
+  const std::vector<lg::cli::Command> commands = {
+      lg::cli::addConfigCommand(app, flags),
+      lg::cli::addTokenizeCommand(app, flags),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (const auto& command : commands) {
+    if (command.app->parsed()) return command.run();
+  }
+  return 2;
+}

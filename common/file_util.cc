@@ -1,0 +1,121 @@
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace lg {
+namespace {
+
+Status osError(std::string_view what, const std::string& path) {
+  std::string m(what);
+  m += " '" + path + "': " + std::strerror(errno);
+  return errno == ENOENT ? notFound(std::move(m)) : unavailable(std::move(m));
+}
+
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { if (fd_ >= 0) ::close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+Result<std::string> readFile(const std::string& path, size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return osError("cannot open", path);
+  FdCloser closer(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return osError("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) return invalidArgument("'" + path + "' is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return invalidArgument("'" + path + "' is larger than " + std::to_string(max_bytes) + " bytes");
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return osError("cannot read", path);
+    if (n == 0) break;  // file shrank under us
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+Status writeFileAtomic(const std::string& path, std::string_view data, unsigned mode) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return osError("cannot create", tmp);
+  {
+    FdCloser closer(fd);
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) { Status s = osError("cannot write", tmp); ::unlink(tmp.c_str()); return s; }
+      done += static_cast<size_t>(n);
+    }
+    if (::fchmod(fd, mode) != 0 || ::fsync(fd) != 0) {
+      Status s = osError("cannot sync", tmp);
+      ::unlink(tmp.c_str());
+      return s;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = osError("cannot rename onto", path);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return Status::ok();
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr && size_ > 0) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr && size_ > 0) ::munmap(const_cast<uint8_t*>(data_), size_);
+    data_ = other.data_;
+    size_ = other.size_;
+    path_ = std::move(other.path_);
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return osError("cannot open", path);
+  FdCloser closer(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return osError("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) return invalidArgument("'" + path + "' is not a regular file");
+  MappedFile f;
+  f.path_ = path;
+  f.size_ = static_cast<size_t>(st.st_size);
+  if (f.size_ == 0) return f;  // mmap of length 0 is invalid; an empty map is fine
+  void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) return osError("cannot map", path);
+  f.data_ = static_cast<const uint8_t*>(p);
+  return f;
+}
+
+}  // namespace lg

@@ -1,0 +1,44 @@
+// Small file helpers shared by every module: whole-file reads, atomic writes and
+// read-only memory maps (weights and tokenizer files are mapped, never copied).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace lg {
+
+// Reads a whole file. Errors name the path and the OS reason.
+Result<std::string> readFile(const std::string& path, size_t max_bytes = size_t{1} << 34);
+
+// Writes `data` to `path` via a temporary file + fsync + rename, so readers see the
+// old or the new content, never a torn file. `mode` applies to the new file.
+Status writeFileAtomic(const std::string& path, std::string_view data, unsigned mode = 0644);
+
+// A read-only, private memory map of a whole file. Move-only; unmaps on destruction.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  static Result<MappedFile> open(const std::string& path);
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace lg

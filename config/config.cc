@@ -1,0 +1,241 @@
+#include "config/config.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <limits>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "common/file_util.h"
+
+extern char** environ;
+
+namespace lg {
+namespace {
+
+using json = nlohmann::json;
+using FieldRef = std::variant<std::string*, int*, LogFormat*>;
+
+struct Field {
+  std::string_view path;
+  FieldRef (*ref)(Config&);
+};
+
+#define LG_FIELD(path, member) \
+  Field { path, [](Config& c) -> FieldRef { return &c.member; } }
+
+// The single list of configurable fields: file keys, env names and flags all
+// derive from these paths.
+const std::array kFields = {
+    LG_FIELD("data_dir", data_dir),
+    LG_FIELD("log.level", log.level),
+    LG_FIELD("log.format", log.format),
+    LG_FIELD("server.listen", server.listen),
+    LG_FIELD("server.tls_cert", server.tls_cert),
+    LG_FIELD("server.tls_key", server.tls_key),
+    LG_FIELD("server.io_threads", server.io_threads),
+    LG_FIELD("engine.model_dir", engine.model_dir),
+    LG_FIELD("engine.threads", engine.threads),
+    LG_FIELD("engine.max_context", engine.max_context),
+    LG_FIELD("cache.block_tokens", cache.block_tokens),
+};
+#undef LG_FIELD
+
+const Field* findField(std::string_view path) {
+  for (const Field& f : kFields) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+bool isSection(std::string_view path) {
+  for (const Field& f : kFields) {
+    if (f.path.size() > path.size() && f.path.substr(0, path.size()) == path && f.path[path.size()] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string quoteValue(std::string_view v) {
+  // Config values are not secrets, but keep errors one line and bounded.
+  std::string out = "\"";
+  for (char c : v.substr(0, 200)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
+  if (v.size() > 200) out += "...";
+  return out + "\"";
+}
+
+Status parseInt(const std::string& path, const std::string& text, int& out) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    return invalidArgument(path + ": expected an integer, got " + quoteValue(text));
+  }
+  out = v;
+  return Status::ok();
+}
+
+Status parseLogFormat(const std::string& path, const std::string& text, LogFormat& out) {
+  if (text == "text") { out = LogFormat::kText; return Status::ok(); }
+  if (text == "json") { out = LogFormat::kJson; return Status::ok(); }
+  return invalidArgument(path + ": expected \"text\" or \"json\", got " + quoteValue(text));
+}
+
+Status setFromString(const Field& field, const std::string& value, Config& config) {
+  const std::string path(field.path);
+  FieldRef ref = field.ref(config);
+  if (auto* s = std::get_if<std::string*>(&ref)) { **s = value; return Status::ok(); }
+  if (auto* i = std::get_if<int*>(&ref)) return parseInt(path, value, **i);
+  return parseLogFormat(path, value, **std::get_if<LogFormat*>(&ref));
+}
+
+Status setFromJson(const Field& field, const json& value, Config& config) {
+  const std::string path(field.path);
+  FieldRef ref = field.ref(config);
+  if (auto* i = std::get_if<int*>(&ref)) {
+    if (!value.is_number_integer()) return invalidArgument(path + ": expected an integer, got " + value.dump());
+    const auto v = value.get<int64_t>();
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+      return invalidArgument(path + ": " + value.dump() + " is out of range");
+    }
+    **i = static_cast<int>(v);
+    return Status::ok();
+  }
+  if (!value.is_string()) return invalidArgument(path + ": expected a string, got " + value.dump());
+  return setFromString(field, value.get<std::string>(), config);
+}
+
+Status applyObject(const json& object, const std::string& prefix, Config& config) {
+  for (const auto& [key, value] : object.items()) {
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (const Field* f = findField(path)) {
+      LG_RETURN_IF_ERROR(setFromJson(*f, value, config));
+    } else if (isSection(path) && value.is_object()) {
+      LG_RETURN_IF_ERROR(applyObject(value, path, config));
+    } else {
+      return invalidArgument("unknown field " + quoteValue(path));
+    }
+  }
+  return Status::ok();
+}
+
+std::string envName(std::string_view path) {
+  std::string name = "LATENTGATE_";
+  for (char c : path) name += (c == '.') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+bool parseListen(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  int port = -1;
+  const std::string p = listen.substr(colon + 1);
+  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
+  return ec == std::errc() && end == p.data() + p.size() && port >= 0 && port <= 65535;
+}
+
+}  // namespace
+
+Status applyConfigText(const std::string& text, const std::string& origin, Config& config) {
+  json doc;
+  try {
+    doc = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {
+    return invalidArgument(origin + ": " + e.what());
+  }
+  if (!doc.is_object()) return invalidArgument(origin + ": the top level must be a JSON object");
+  return applyObject(doc, "", config).withContext(origin);
+}
+
+Status setConfigField(const std::string& path, const std::string& value, Config& config) {
+  const Field* f = findField(path);
+  if (f == nullptr) return invalidArgument("unknown field " + quoteValue(path));
+  return setFromString(*f, value, config);
+}
+
+Status validateConfig(const Config& c) {
+  if (c.data_dir.empty()) return invalidArgument("data_dir: must not be empty");
+  static constexpr std::array kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  if (std::find(kLevels.begin(), kLevels.end(), c.log.level) == kLevels.end()) {
+    return invalidArgument("log.level: expected one of trace, debug, info, warn, error, critical, off; got " +
+                           quoteValue(c.log.level));
+  }
+  if (!parseListen(c.server.listen)) {
+    return invalidArgument("server.listen: expected HOST:PORT with a port in 0..65535, got " +
+                           quoteValue(c.server.listen));
+  }
+  if (c.server.tls_cert.empty() != c.server.tls_key.empty()) {
+    return invalidArgument("server.tls_cert and server.tls_key: set both or neither");
+  }
+  if (c.server.io_threads < 1 || c.server.io_threads > 256) {
+    return invalidArgument("server.io_threads: expected 1..256, got " + std::to_string(c.server.io_threads));
+  }
+  if (c.engine.threads < 0 || c.engine.threads > 1024) {
+    return invalidArgument("engine.threads: expected 0..1024 (0 = all cores), got " +
+                           std::to_string(c.engine.threads));
+  }
+  if (c.engine.max_context < 0) {
+    return invalidArgument("engine.max_context: expected >= 0 (0 = the model's), got " +
+                           std::to_string(c.engine.max_context));
+  }
+  if (c.cache.block_tokens < 1 || c.cache.block_tokens > 4096) {
+    return invalidArgument("cache.block_tokens: expected 1..4096, got " + std::to_string(c.cache.block_tokens));
+  }
+  return Status::ok();
+}
+
+Result<Config> loadConfig(const ConfigSources& sources) {
+  Config config;
+  if (!sources.file.empty()) {
+    LG_ASSIGN_OR_RETURN(std::string text, readFile(sources.file, size_t{1} << 20));
+    LG_RETURN_IF_ERROR(applyConfigText(text, "config file '" + sources.file + "'", config));
+  }
+  if (auto it = sources.environment.find("LATENTGATE_DATA"); it != sources.environment.end()) {
+    config.data_dir = it->second;
+  }
+  for (const Field& f : kFields) {
+    const std::string name = envName(f.path);
+    if (auto it = sources.environment.find(name); it != sources.environment.end()) {
+      LG_RETURN_IF_ERROR(setFromString(f, it->second, config).withContext("environment " + name));
+    }
+  }
+  for (const auto& [path, value] : sources.flags) {
+    LG_RETURN_IF_ERROR(setConfigField(path, value, config).withContext("flag"));
+  }
+  LG_RETURN_IF_ERROR(validateConfig(config));
+  return config;
+}
+
+std::string configToJson(const Config& config) {
+  Config copy = config;
+  json out = json::object();
+  for (const Field& f : kFields) {
+    json* node = &out;
+    std::string_view path = f.path;
+    for (auto dot = path.find('.'); dot != std::string_view::npos; dot = path.find('.')) {
+      node = &(*node)[std::string(path.substr(0, dot))];
+      path.remove_prefix(dot + 1);
+    }
+    FieldRef ref = f.ref(copy);
+    json& leaf = (*node)[std::string(path)];
+    if (auto* s = std::get_if<std::string*>(&ref)) leaf = **s;
+    else if (auto* i = std::get_if<int*>(&ref)) leaf = **i;
+    else leaf = (**std::get_if<LogFormat*>(&ref) == LogFormat::kJson) ? "json" : "text";
+  }
+  return out.dump(2);
+}
+
+std::map<std::string, std::string> processEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    const auto eq = kv.find('=');
+    if (eq != std::string_view::npos) env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+}  // namespace lg

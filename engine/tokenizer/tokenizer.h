@@ -1,0 +1,73 @@
+// Tokenizer: Hugging Face tokenizer.json of the byte-level BPE family
+// (DeepSeek V2/V3, GPT-2 style), encoding exactly like the `tokenizers` library.
+//
+// Thread-safety: a loaded Tokenizer is immutable; all const methods may be called
+// concurrently from any thread.
+// Input text must be valid UTF-8 (embedded NULs are fine); invalid UTF-8 is an
+// InvalidArgument error naming the byte offset. Nothing is silently replaced.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/prompt_text.h"
+
+namespace lg::engine {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Loads DIR/tokenizer.json. Unsupported tokenizer.json features (a normalizer,
+  // pre-tokenizer, model type or option this class does not implement) are
+  // Unimplemented errors naming the feature, never a silent divergence.
+  static Result<std::unique_ptr<Tokenizer>> loadFromDir(const std::string& dir);
+  static Result<std::unique_ptr<Tokenizer>> loadFromJson(std::string_view tokenizer_json);
+
+  // Plain text (a completion prompt, a message's content): added-token strings
+  // are encoded as ordinary text. No BOS/EOS is added.
+  virtual Result<std::vector<int32_t>> encode(std::string_view text) const = 0;
+
+  // A rendered prompt: added tokens are recognized only inside prompt.trusted.
+  virtual Result<std::vector<int32_t>> encodePrompt(const PromptText& prompt) const = 0;
+
+  // Text for ids. Special tokens are included unless skip_special. Bytes that do
+  // not form valid UTF-8 become U+FFFD (as in `tokenizers`' decode).
+  virtual Result<std::string> decode(std::span<const int32_t> ids, bool skip_special = false) const = 0;
+
+  // Raw bytes of one token (added tokens: their content). Empty if out of range.
+  virtual std::string tokenBytes(int32_t id) const = 0;
+
+  // The id of an added token by its content ("<｜end▁of▁sentence｜>").
+  virtual std::optional<int32_t> addedTokenId(std::string_view content) const = 0;
+  virtual bool isSpecial(int32_t id) const = 0;
+
+  // One more than the largest id (model vocabulary plus added tokens).
+  virtual int32_t vocabSize() const = 0;
+};
+
+// Streaming decode: feed ids one at a time, get back the text that is complete
+// so far (a multi-byte UTF-8 character split across tokens is held back until
+// its last byte arrives).
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false)
+      : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  // Returns newly completed text (possibly empty).
+  std::string push(int32_t id);
+  // Remaining held-back bytes at end of stream, as U+FFFD replacements.
+  std::string flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::string pending_;
+};
+
+}  // namespace lg::engine

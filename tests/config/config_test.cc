@@ -1,0 +1,95 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+namespace lg {
+namespace {
+
+TEST(ConfigTest, DefaultsAreTheEmbeddedMode) {
+  auto c = loadConfig({});
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->data_dir, "./data");
+  EXPECT_EQ(c->log.level, "info");
+  EXPECT_EQ(c->log.format, LogFormat::kText);
+  EXPECT_EQ(c->cache.block_tokens, 64);
+  EXPECT_EQ(c->server.listen, "127.0.0.1:8443");
+}
+
+TEST(ConfigTest, FileWithCommentsThenEnvThenFlags) {
+  Config c;
+  ASSERT_TRUE(applyConfigText(R"({
+      // comments are allowed
+      "data_dir": "/srv/lg", /* block comment */
+      "log": {"level": "debug", "format": "json"},
+      "engine": {"threads": 3}
+    })", "test", c).isOk());
+  EXPECT_EQ(c.data_dir, "/srv/lg");
+  EXPECT_EQ(c.log.level, "debug");
+  EXPECT_EQ(c.log.format, LogFormat::kJson);
+  EXPECT_EQ(c.engine.threads, 3);
+
+  ConfigSources sources;
+  sources.environment = {{"LATENTGATE_ENGINE_THREADS", "5"}, {"LATENTGATE_DATA", "/env/data"},
+                         {"UNRELATED", "x"}};
+  sources.flags = {{"engine.threads", "7"}};
+  auto loaded = loadConfig(sources);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().toString();
+  EXPECT_EQ(loaded->engine.threads, 7);  // flag beats environment
+  EXPECT_EQ(loaded->data_dir, "/env/data");
+}
+
+TEST(ConfigTest, ErrorsNameFieldAndValue) {
+  Config c;
+  Status s = applyConfigText(R"({"log": {"levle": "info"}})", "f.json", c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("log.levle"), std::string::npos) << s.message();
+
+  s = applyConfigText(R"({"engine": {"threads": "four"}})", "f.json", c);
+  EXPECT_NE(s.message().find("engine.threads"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("four"), std::string::npos) << s.message();
+
+  s = applyConfigText(R"({"engine": )", "f.json", c);
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("f.json"), std::string::npos);
+
+  s = applyConfigText("[1,2]", "f.json", c);
+  EXPECT_FALSE(s.isOk());
+
+  ConfigSources sources;
+  sources.environment = {{"LATENTGATE_LOG_LEVEL", "verbose"}};
+  auto bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("log.level"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("verbose"), std::string::npos);
+
+  sources.environment = {{"LATENTGATE_CACHE_BLOCK_TOKENS", "0"}};
+  bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("cache.block_tokens"), std::string::npos);
+
+  sources.environment = {{"LATENTGATE_SERVER_LISTEN", "localhost:99999"}};
+  bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("99999"), std::string::npos);
+
+  sources = {};
+  sources.flags = {{"no.such", "1"}};
+  EXPECT_FALSE(loadConfig(sources).isOk());
+  sources.file = "/nonexistent/lg.json";
+  bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
+}
+
+TEST(ConfigTest, EffectiveConfigRoundTrips) {
+  Config c;
+  c.engine.threads = 9;
+  c.log.format = LogFormat::kJson;
+  Config back;
+  ASSERT_TRUE(applyConfigText(configToJson(c), "dump", back).isOk());
+  EXPECT_EQ(back.engine.threads, 9);
+  EXPECT_EQ(back.log.format, LogFormat::kJson);
+}
+
+}  // namespace
+}  // namespace lg
