@@ -5,6 +5,7 @@
 // concurrently from any thread.
 // Input text must be valid UTF-8 (embedded NULs are fine); invalid UTF-8 is an
 // InvalidArgument error naming the byte offset. Nothing is silently replaced.
+// The implementation (bpe_tokenizer.h) and its design: docs/tokenizer.md.
 #pragma once
 
 #include <cstdint>
@@ -34,14 +35,22 @@ class Tokenizer {
   // are encoded as ordinary text. No BOS/EOS is added.
   virtual Result<std::vector<int32_t>> encode(std::string_view text) const = 0;
 
-  // A rendered prompt: added tokens are recognized only inside prompt.trusted.
+  // A rendered prompt: added tokens are recognized only inside prompt.trusted
+  // (leftmost-longest, with the library's lstrip/rstrip/single_word rules, each
+  // trusted range being one "sentence"). The text between two recognized
+  // tokens is encoded as one piece, whatever mix of trusted and client bytes it
+  // holds. With the whole text trusted this is exactly the library's encode.
+  // Ranges must be sorted, disjoint, non-empty, inside the text and on
+  // character boundaries (else InvalidArgument).
   virtual Result<std::vector<int32_t>> encodePrompt(const PromptText& prompt) const = 0;
 
   // Text for ids. Special tokens are included unless skip_special. Bytes that do
-  // not form valid UTF-8 become U+FFFD (as in `tokenizers`' decode).
+  // not form valid UTF-8 become U+FFFD (as in `tokenizers`' decode). An id
+  // outside the vocabulary is an InvalidArgument error naming its position.
   virtual Result<std::string> decode(std::span<const int32_t> ids, bool skip_special = false) const = 0;
 
-  // Raw bytes of one token (added tokens: their content). Empty if out of range.
+  // The bytes decode() contributes for one token before UTF-8 repair (added
+  // tokens: their content). Empty if the id is not in the vocabulary.
   virtual std::string tokenBytes(int32_t id) const = 0;
 
   // The id of an added token by its content ("<｜end▁of▁sentence｜>").
@@ -54,7 +63,8 @@ class Tokenizer {
 
 // Streaming decode: feed ids one at a time, get back the text that is complete
 // so far (a multi-byte UTF-8 character split across tokens is held back until
-// its last byte arrives).
+// its last byte arrives). The concatenated output plus flush() equals decode()
+// of all ids. An id outside the vocabulary yields nothing. Not thread-safe.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false)
