@@ -45,8 +45,9 @@ class ChatTemplate {
   static Result<ChatTemplate> parse(std::string_view source, std::string bos_token, std::string eos_token);
 
   // Reads DIR/tokenizer_config.json: `chat_template` (a string, or a list of
-  // {name, template} where "default" is used) and bos_token/eos_token (a string
-  // or an AddedToken object).
+  // {name, template} where "default" is used; DIR/chat_template.jinja, when
+  // present, takes precedence as in transformers) and bos_token/eos_token (a
+  // string or an AddedToken object).
   static Result<ChatTemplate> loadFromDir(const std::string& dir);
 
   Result<PromptText> render(const ChatRenderInput& input) const;
