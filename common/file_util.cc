@@ -118,4 +118,37 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   return f;
 }
 
+Result<MappedFile> MappedFile::openForStreaming(const std::string& path, bool drop_cached) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return osError("cannot open", path);
+  FdCloser closer(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return osError("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) return invalidArgument("'" + path + "' is not a regular file");
+  MappedFile f;
+  f.path_ = path;
+  f.size_ = static_cast<size_t>(st.st_size);
+  if (f.size_ == 0) return f;
+  if (drop_cached) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // advisory; failure is harmless
+  // Reserve size + 2 MB of address space, map the file at the first 2 MB
+  // boundary inside it (file offset 0 must be huge-page aligned), give back the rest.
+  constexpr size_t kHuge = size_t{2} << 20;
+  void* reserve = ::mmap(nullptr, f.size_ + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserve == MAP_FAILED) return open(path);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(reserve);
+  const uintptr_t aligned = (start + kHuge - 1) & ~(kHuge - 1);
+  void* p = ::mmap(reinterpret_cast<void*>(aligned), f.size_, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    ::munmap(reserve, f.size_ + kHuge);
+    return osError("cannot map", path);
+  }
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t map_end = (aligned + f.size_ + page - 1) & ~(page - 1);
+  if (aligned > start) ::munmap(reserve, aligned - start);
+  if (start + f.size_ + kHuge > map_end) ::munmap(reinterpret_cast<void*>(map_end), start + f.size_ + kHuge - map_end);
+  ::madvise(p, f.size_, MADV_HUGEPAGE);
+  f.data_ = static_cast<const uint8_t*>(p);
+  return f;
+}
+
 }  // namespace lg
