@@ -17,5 +17,7 @@ struct Command {
 
 Command addConfigCommand(CLI::App& app, GlobalFlags& flags);
 Command addTokenizeCommand(CLI::App& app, GlobalFlags& flags);
+Command addForwardCommand(CLI::App& app, GlobalFlags& flags);
+Command addModelCommand(CLI::App& app, GlobalFlags& flags);
 
 }  // namespace lg::cli

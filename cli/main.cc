@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   const std::vector<lg::cli::Command> commands = {
       lg::cli::addConfigCommand(app, flags),
       lg::cli::addTokenizeCommand(app, flags),
+      lg::cli::addForwardCommand(app, flags),
+      lg::cli::addModelCommand(app, flags),
   };
 
   try {

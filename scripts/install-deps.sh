@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libboost1.81-dev libssl-dev librocksdb-dev nlohmann-json3-dev libspdlog-dev
   libpcre2-dev libxxhash-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev
   ${LG_EXTRA_PACKAGES:-}
 )
 
