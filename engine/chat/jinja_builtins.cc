@@ -107,7 +107,7 @@ Result<std::string_view> requireStr(const Value& v, std::string_view what) {
 Result<size_t> pyLen(const Value& v) {
   switch (v.kind()) {
     case ValueKind::kUndefined: return size_t{0};
-    case ValueKind::kString: return countCodePoints(v.str());
+    case ValueKind::kString: return utf8::countCodePoints(v.str());
     case ValueKind::kList: return listSize(v);
     case ValueKind::kDict: return dictSize(v);
     case ValueKind::kLoop: return v.loopData()->items->size();
@@ -308,7 +308,7 @@ Result<Value> getItem(const Value& obj, const Value& key) {
     case ValueKind::kList:
     case ValueKind::kString: {
       if (key.kind() == ValueKind::kInt || key.kind() == ValueKind::kBool) {
-        const size_t n = obj.isList() ? listSize(obj) : countCodePoints(obj.str());
+        const size_t n = obj.isList() ? listSize(obj) : utf8::countCodePoints(obj.str());
         int64_t i = key.intValue();
         if (i < 0) i += static_cast<int64_t>(n);
         if (i < 0 || i >= static_cast<int64_t>(n)) {
@@ -319,7 +319,7 @@ Result<Value> getItem(const Value& obj, const Value& key) {
         const std::string_view s = obj.str();
         const size_t b = byteOffsetOfCodePoint(s, static_cast<size_t>(i));
         size_t e = b;
-        decodeUtf8(s, e);
+        utf8::decodeAt(s, e);
         StrBuilder out;
         out.appendSub(obj, b, e);
         return out.finish();
@@ -356,7 +356,7 @@ Result<Value> getSlice(const Value& obj, const Value& start, const Value& stop, 
   const int64_t stp = st.value_or(1);
   if (stp == 0) return invalidArgument("slice step cannot be zero");
   const bool is_str = obj.isString();
-  const auto n = static_cast<int64_t>(is_str ? countCodePoints(obj.str()) : listSize(obj));
+  const auto n = static_cast<int64_t>(is_str ? utf8::countCodePoints(obj.str()) : listSize(obj));
   // Python's slice.indices().
   auto clamp = [&](std::optional<int64_t> v, int64_t dflt) {
     if (!v) return dflt;
@@ -381,7 +381,7 @@ Result<Value> getSlice(const Value& obj, const Value& start, const Value& stop, 
   }
   const std::string_view s = obj.str();
   std::vector<size_t> offsets;  // byte offset of each code point, plus the end
-  for (size_t p = 0; p < s.size(); decodeUtf8(s, p)) offsets.push_back(p);
+  for (size_t p = 0; p < s.size(); utf8::decodeAt(s, p)) offsets.push_back(p);
   offsets.push_back(s.size());
   StrBuilder out;
   if (stp == 1) {
@@ -616,7 +616,7 @@ Result<bool> applyTest(TestId id, const Value& v, const CallArgs& args) {
       bool cased = false;
       size_t p = 0;
       while (p < text.size()) {
-        const char32_t cp = decodeUtf8(text, p);
+        const char32_t cp = utf8::decodeAt(text, p);
         const bool is_lower = toUpperCp(cp) != cp, is_upper = toLowerCp(cp) != cp;
         if ((id == TestId::kLower && is_upper) || (id == TestId::kUpper && is_lower)) return false;
         cased = cased || is_lower || is_upper;

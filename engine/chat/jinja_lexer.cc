@@ -36,7 +36,7 @@ size_t whitespaceRun(std::string_view s, size_t pos) {
   size_t p = pos;
   while (p < s.size()) {
     size_t next = p;
-    if (!isPyWhitespace(decodeUtf8(s, next))) break;
+    if (!isPyWhitespace(utf8::decodeAt(s, next))) break;
     p = next;
   }
   return p - pos;
@@ -49,7 +49,7 @@ std::string_view pyRstrip(std::string_view s) {
     size_t begin = end - 1;
     while (begin > 0 && (static_cast<unsigned char>(s[begin]) & 0xC0) == 0x80) --begin;
     size_t p = begin;
-    if (!isPyWhitespace(decodeUtf8(s, p))) break;
+    if (!isPyWhitespace(utf8::decodeAt(s, p))) break;
     end = begin;
   }
   return s.substr(0, end);
@@ -164,7 +164,7 @@ Status unescapeString(std::string_view body, int line, std::string* out) {
   auto appendCp = [&](char32_t cp) -> Status {
     if (cp > 0x10FFFF) return syntaxError(line, "invalid \\U escape in string literal");
     if (cp >= 0xD800 && cp <= 0xDFFF) return syntaxError(line, "string literal contains a lone surrogate");
-    appendUtf8(*out, cp);
+    utf8::append(*out, cp);
     return Status::ok();
   };
   size_t i = 0;
@@ -219,7 +219,7 @@ Status unescapeString(std::string_view body, int line, std::string* out) {
           // backslashreplace turned the character into \xNN / \uNNNN text, and
           // the escaped backslash before it kept that text literal.
           size_t p = i - 1;
-          const char32_t cp = decodeUtf8(body, p);
+          const char32_t cp = utf8::decodeAt(body, p);
           out->push_back('\\');
           appendBackslashReplaced(cp);
           i = p;
@@ -452,7 +452,7 @@ class Lexer {
         continue;
       }
       size_t p = pos_;
-      decodeUtf8(s, p);
+      utf8::decodeAt(s, p);
       return syntaxError(line_, "unexpected character '" + std::string(s.substr(pos_, p - pos_)) + "'");
     }
   }
@@ -467,7 +467,7 @@ class Lexer {
 }  // namespace
 
 Result<std::vector<Token>> tokenize(std::string_view source) {
-  if (!isValidUtf8(source)) return invalidArgument("chat template is not valid UTF-8");
+  if (!utf8::isValid(source)) return invalidArgument("chat template is not valid UTF-8");
   Lexer lexer(normalizeNewlines(source));
   return lexer.run();
 }

@@ -12,7 +12,7 @@ bool inCharSet(char32_t cp, std::optional<std::string_view> chars) {
   if (!chars) return isPyWhitespace(cp);
   size_t p = 0;
   while (p < chars->size()) {
-    if (decodeUtf8(*chars, p) == cp) return true;
+    if (utf8::decodeAt(*chars, p) == cp) return true;
   }
   return false;
 }
@@ -30,7 +30,7 @@ Status tooLong() { return invalidArgument("string result longer than 64 MiB"); }
 size_t byteOffsetOfCodePoint(std::string_view s, size_t i) {
   size_t pos = 0;
   while (i > 0 && pos < s.size()) {
-    decodeUtf8(s, pos);
+    utf8::decodeAt(s, pos);
     --i;
   }
   return pos;
@@ -42,7 +42,7 @@ Value pyStrip(const Value& s, std::optional<std::string_view> chars, StripSide s
   if (side != StripSide::kRight) {
     while (begin < end) {
       size_t p = begin;
-      if (!inCharSet(decodeUtf8(text, p), chars)) break;
+      if (!inCharSet(utf8::decodeAt(text, p), chars)) break;
       begin = p;
     }
   }
@@ -50,7 +50,7 @@ Value pyStrip(const Value& s, std::optional<std::string_view> chars, StripSide s
     while (end > begin) {
       const size_t b = prevCodePointStart(text, end);
       size_t p = b;
-      if (!inCharSet(decodeUtf8(text, p), chars)) break;
+      if (!inCharSet(utf8::decodeAt(text, p), chars)) break;
       end = b;
     }
   }
@@ -66,7 +66,7 @@ Result<Value> pySplit(const Value& s, std::optional<std::string_view> sep, int64
   std::vector<std::pair<size_t, size_t>> pieces;  // byte ranges, in text order
   auto isWs = [&](size_t pos, size_t* next) {
     size_t p = pos;
-    const bool ws = isPyWhitespace(decodeUtf8(text, p));
+    const bool ws = isPyWhitespace(utf8::decodeAt(text, p));
     *next = p;
     return ws;
   };
@@ -159,7 +159,7 @@ Result<Value> pyReplace(const Value& s, const Value& old_value, const Value& new
       if (!budget_ok()) return tooLong();
       if (pos >= text.size()) break;
       const size_t start = pos;
-      decodeUtf8(text, pos);
+      utf8::decodeAt(text, pos);
       out.appendSub(s, start, pos);
     }
     return out.finish();
@@ -185,7 +185,7 @@ Value pyCaseMap(const Value& s, CaseMap mode) {
   bool first = true;
   while (pos < text.size()) {
     const size_t start = pos;
-    const char32_t cp = decodeUtf8(text, pos);
+    const char32_t cp = utf8::decodeAt(text, pos);
     std::string encoded;
     if (mode == CaseMap::kLower || (mode == CaseMap::kCapitalize && !first)) {
       appendLower(encoded, cp);
@@ -204,11 +204,11 @@ Value pyCaseMap(const Value& s, CaseMap mode) {
 int64_t pyFind(std::string_view s, std::string_view sub) {
   const size_t hit = s.find(sub);
   if (hit == std::string_view::npos) return -1;
-  return static_cast<int64_t>(countCodePoints(s.substr(0, hit)));
+  return static_cast<int64_t>(utf8::countCodePoints(s.substr(0, hit)));
 }
 
 int64_t pyCount(std::string_view s, std::string_view sub) {
-  if (sub.empty()) return static_cast<int64_t>(countCodePoints(s)) + 1;
+  if (sub.empty()) return static_cast<int64_t>(utf8::countCodePoints(s)) + 1;
   int64_t n = 0;
   size_t pos = 0;
   while ((pos = s.find(sub, pos)) != std::string_view::npos) {

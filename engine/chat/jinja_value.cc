@@ -338,7 +338,7 @@ Result<std::vector<Value>> iterate(const Value& v) {
       size_t pos = 0;
       while (pos < s.size()) {
         const size_t begin = pos;
-        decodeUtf8(s, pos);
+        utf8::decodeAt(s, pos);
         StrBuilder b;
         b.appendSub(v, begin, pos);
         out.push_back(b.finish());
@@ -501,7 +501,7 @@ std::string pyStrRepr(std::string_view s) {
   size_t pos = 0;
   while (pos < s.size()) {
     const size_t begin = pos;
-    const char32_t cp = decodeUtf8(s, pos);
+    const char32_t cp = utf8::decodeAt(s, pos);
     if (cp == static_cast<char32_t>(quote) || cp == '\\') {
       out += '\\';
       out += static_cast<char>(cp);
@@ -632,7 +632,7 @@ void appendJsonString(std::string& out, std::string_view s, bool ensure_ascii) {
   size_t pos = 0;
   while (pos < s.size()) {
     const size_t begin = pos;
-    const char32_t cp = decodeUtf8(s, pos);
+    const char32_t cp = utf8::decodeAt(s, pos);
     switch (cp) {
       case '"': out += "\\\""; continue;
       case '\\': out += "\\\\"; continue;

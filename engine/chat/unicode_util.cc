@@ -2,101 +2,6 @@
 
 namespace lg::engine::jinja {
 
-char32_t decodeUtf8(std::string_view s, size_t& pos) {
-  const auto b0 = static_cast<unsigned char>(s[pos]);
-  auto cont = [&](size_t i) -> int {
-    if (pos + i >= s.size()) return -1;
-    const auto b = static_cast<unsigned char>(s[pos + i]);
-    return (b & 0xC0) == 0x80 ? (b & 0x3F) : -1;
-  };
-  if (b0 < 0x80) {
-    pos += 1;
-    return b0;
-  }
-  if ((b0 & 0xE0) == 0xC0) {
-    const int c1 = cont(1);
-    if (c1 >= 0) {
-      pos += 2;
-      return (static_cast<char32_t>(b0 & 0x1F) << 6) | static_cast<char32_t>(c1);
-    }
-  } else if ((b0 & 0xF0) == 0xE0) {
-    const int c1 = cont(1), c2 = cont(2);
-    if (c1 >= 0 && c2 >= 0) {
-      pos += 3;
-      return (static_cast<char32_t>(b0 & 0x0F) << 12) | (static_cast<char32_t>(c1) << 6) |
-             static_cast<char32_t>(c2);
-    }
-  } else if ((b0 & 0xF8) == 0xF0) {
-    const int c1 = cont(1), c2 = cont(2), c3 = cont(3);
-    if (c1 >= 0 && c2 >= 0 && c3 >= 0) {
-      pos += 4;
-      return (static_cast<char32_t>(b0 & 0x07) << 18) | (static_cast<char32_t>(c1) << 12) |
-             (static_cast<char32_t>(c2) << 6) | static_cast<char32_t>(c3);
-    }
-  }
-  pos += 1;
-  return b0;
-}
-
-void appendUtf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-bool isValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    size_t n = 0;
-    char32_t cp = 0;
-    if (b0 < 0x80) {
-      ++i;
-      continue;
-    } else if ((b0 & 0xE0) == 0xC0) {
-      n = 1;
-      cp = b0 & 0x1F;
-    } else if ((b0 & 0xF0) == 0xE0) {
-      n = 2;
-      cp = b0 & 0x0F;
-    } else if ((b0 & 0xF8) == 0xF0) {
-      n = 3;
-      cp = b0 & 0x07;
-    } else {
-      return false;
-    }
-    for (size_t k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return false;
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    // Overlong forms, surrogates and out-of-range values are invalid.
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000)) return false;
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
-
-size_t countCodePoints(std::string_view s) {
-  size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
-
 bool isPyWhitespace(char32_t cp) {
   if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x1F);
   switch (cp) {
@@ -187,7 +92,7 @@ void appendLower(std::string& out, char32_t cp) {
     out += "i\xCC\x87";
     return;
   }
-  appendUtf8(out, toLowerCp(cp));
+  utf8::append(out, toLowerCp(cp));
 }
 
 void appendUpper(std::string& out, char32_t cp) {
@@ -201,7 +106,7 @@ void appendUpper(std::string& out, char32_t cp) {
     case 0xFB04: out += "FFL"; return;
     case 0xFB05:
     case 0xFB06: out += "ST"; return;
-    default: appendUtf8(out, toUpperCp(cp));
+    default: utf8::append(out, toUpperCp(cp));
   }
 }
 

@@ -11,14 +11,11 @@
 #include <string>
 #include <string_view>
 
+#include "common/utf8.h"
+
 namespace lg::engine::jinja {
 
-// Decodes the code point starting at s[pos] and advances pos past it.
-// Invalid bytes decode as themselves (one byte each) so callers never loop.
-char32_t decodeUtf8(std::string_view s, size_t& pos);
-void appendUtf8(std::string& out, char32_t cp);
-bool isValidUtf8(std::string_view s);
-size_t countCodePoints(std::string_view s);
+// UTF-8 itself (decodeAt, append, isValid, countCodePoints) is common/utf8.h.
 
 // Python str.isspace() (also what str.split()/strip() and re's \s use).
 bool isPyWhitespace(char32_t cp);

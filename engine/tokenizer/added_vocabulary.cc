@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/tokenizer/unicode_data.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace lg::engine {
 

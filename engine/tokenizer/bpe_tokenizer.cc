@@ -6,7 +6,7 @@
 
 #include "common/file_util.h"
 #include "engine/tokenizer/deepseek_v3_fast.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace lg::engine {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace lg::engine::byte_level {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "engine/tokenizer/unicode_data.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace lg::engine {
 

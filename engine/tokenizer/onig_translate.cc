@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/tokenizer/unicode_data.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace lg::engine {
 namespace {

@@ -4,7 +4,7 @@
 #include <pcre2.h>
 
 #include "engine/tokenizer/onig_translate.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace lg::engine {
 namespace {

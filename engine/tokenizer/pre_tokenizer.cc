@@ -1,7 +1,7 @@
 #include "engine/tokenizer/pre_tokenizer.h"
 
 #include "engine/tokenizer/unicode_data.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace lg::engine {
 namespace {

@@ -16,7 +16,7 @@
 #include "engine/tokenizer/bpe_tokenizer.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/deepseek_v3_fast.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace lg::engine {
 namespace {

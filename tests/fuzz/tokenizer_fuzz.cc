@@ -17,7 +17,7 @@
 
 #include "common/file_util.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace {
 
@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t header = 1 + 4 * ranges;
   if (header > size) header = size;
   const std::string text(reinterpret_cast<const char*>(data) + header, size - header);
-  const bool valid = !lg::engine::utf8::firstInvalid(text).has_value();
+  const bool valid = !lg::utf8::firstInvalid(text).has_value();
 
   auto ids = t.fast->encode(text);
   check(ids.isOk() == valid);

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/tokenizer/byte_level.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 #include "tests/engine/tokenizer/test_support.h"
 
 namespace lg::engine::testing {

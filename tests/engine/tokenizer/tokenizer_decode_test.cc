@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 #include "tests/engine/tokenizer/test_support.h"
 
 namespace lg::engine::testing {

@@ -7,7 +7,7 @@
 
 #include "engine/tokenizer/onig_translate.h"
 #include "engine/tokenizer/unicode_data.h"
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 #include "tests/engine/tokenizer/test_support.h"
 
 namespace lg::engine::testing {

@@ -1,5 +1,6 @@
-// UTF-8 helpers for the tokenizer: validation that names the first bad byte,
-// decoding of already-validated text, and the lossy conversion that
+// UTF-8 helpers shared by the tokenizer, the chat template and the gateway:
+// validation that names the first bad byte, decoding of already-validated text,
+// bounds-checked decoding of arbitrary bytes, and the lossy conversion that
 // `tokenizers` applies when decoding ids (Rust's String::from_utf8_lossy).
 #pragma once
 
@@ -9,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace lg::engine::utf8 {
+namespace lg::utf8 {
 
 // Byte offset where the first ill-formed (or truncated) UTF-8 sequence starts,
 // or nullopt when `text` is valid. Overlong forms, surrogates and values above
@@ -53,6 +54,16 @@ inline size_t previousStart(std::string_view text, size_t end) {
   return i;
 }
 
+inline bool isValid(std::string_view text) { return !firstInvalid(text).has_value(); }
+
+// Bounds-checked decode of the character at text[pos], advancing pos past it.
+// Any byte that does not start a complete well-formed sequence decodes as
+// itself and advances by one, so loops over arbitrary bytes always progress.
+char32_t decodeAt(std::string_view text, size_t& pos);
+
+// Number of characters in valid UTF-8 text.
+size_t countCodePoints(std::string_view text);
+
 void append(std::string& out, char32_t cp);
 
 // Appends `bytes` to `out`, replacing each maximal ill-formed subsequence with
@@ -65,4 +76,4 @@ void appendLossy(std::string& out, std::string_view bytes);
 // incomplete is held back; ill-formed bytes are not (they become U+FFFD).
 size_t completePrefix(std::string_view bytes);
 
-}  // namespace lg::engine::utf8
+}  // namespace lg::utf8

@@ -1,8 +1,8 @@
-#include "engine/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 #include <cstring>
 
-namespace lg::engine::utf8 {
+namespace lg::utf8 {
 namespace {
 
 // Length of the well-formed sequence at bytes[i], 0 if ill-formed there, or
@@ -85,6 +85,25 @@ std::optional<size_t> firstInvalid(std::string_view text) {
   return std::nullopt;
 }
 
+char32_t decodeAt(std::string_view text, size_t& pos) {
+  const auto* p = reinterpret_cast<const uint8_t*>(text.data()) + pos;
+  const int c = classify(p, text.size() - pos);
+  if (c <= 1) {  // ASCII, or a byte that does not start a complete sequence
+    ++pos;
+    return p[0];
+  }
+  size_t length = 0;
+  const char32_t cp = decode(reinterpret_cast<const char*>(p), &length);
+  pos += length;
+  return cp;
+}
+
+size_t countCodePoints(std::string_view text) {
+  size_t n = 0;
+  for (char c : text) n += (static_cast<uint8_t>(c) & 0xc0) != 0x80;
+  return n;
+}
+
 void append(std::string& out, char32_t cp) {
   if (cp < 0x80) {
     out.push_back(static_cast<char>(cp));
@@ -134,4 +153,4 @@ size_t completePrefix(std::string_view bytes) {
   return n;
 }
 
-}  // namespace lg::engine::utf8
+}  // namespace lg::utf8
