@@ -27,19 +27,39 @@ class FdCloser {
   int fd_;
 };
 
+struct OpenedFile {
+  int fd;
+  size_t size;
+};
+
+// Opens `path` read-only and checks that it is a regular file. The caller owns
+// the descriptor (wrap it in an FdCloser at once).
+Result<OpenedFile> openRegular(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return osError("cannot open", path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    Status s = osError("cannot stat", path);
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalidArgument("'" + path + "' is not a regular file");
+  }
+  return OpenedFile{fd, static_cast<size_t>(st.st_size)};
+}
+
 }  // namespace
 
 Result<std::string> readFile(const std::string& path, size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return osError("cannot open", path);
+  LG_ASSIGN_OR_RETURN(OpenedFile file, openRegular(path));
+  const int fd = file.fd;
   FdCloser closer(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return osError("cannot stat", path);
-  if (!S_ISREG(st.st_mode)) return invalidArgument("'" + path + "' is not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+  if (file.size > max_bytes) {
     return invalidArgument("'" + path + "' is larger than " + std::to_string(max_bytes) + " bytes");
   }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  std::string out(file.size, '\0');
   size_t done = 0;
   while (done < out.size()) {
     ssize_t n = ::read(fd, out.data() + done, out.size() - done);
@@ -102,15 +122,12 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return osError("cannot open", path);
+  LG_ASSIGN_OR_RETURN(OpenedFile file, openRegular(path));
+  const int fd = file.fd;
   FdCloser closer(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return osError("cannot stat", path);
-  if (!S_ISREG(st.st_mode)) return invalidArgument("'" + path + "' is not a regular file");
   MappedFile f;
   f.path_ = path;
-  f.size_ = static_cast<size_t>(st.st_size);
+  f.size_ = file.size;
   if (f.size_ == 0) return f;  // mmap of length 0 is invalid; an empty map is fine
   void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) return osError("cannot map", path);
@@ -119,15 +136,12 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
 }
 
 Result<MappedFile> MappedFile::openForStreaming(const std::string& path, bool drop_cached) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return osError("cannot open", path);
+  LG_ASSIGN_OR_RETURN(OpenedFile file, openRegular(path));
+  const int fd = file.fd;
   FdCloser closer(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return osError("cannot stat", path);
-  if (!S_ISREG(st.st_mode)) return invalidArgument("'" + path + "' is not a regular file");
   MappedFile f;
   f.path_ = path;
-  f.size_ = static_cast<size_t>(st.st_size);
+  f.size_ = file.size;
   if (f.size_ == 0) return f;
   if (drop_cached) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // advisory; failure is harmless
   // Reserve size + 2 MB of address space, map the file at the first 2 MB

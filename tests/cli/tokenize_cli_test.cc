@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace lg::test {
 namespace {
@@ -143,12 +144,6 @@ TEST(TokenizeCliTest, TenMegabyteLine) {
 
 class TokenizeCliFilesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/lg_tokenize_cli_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   void writeFile(const std::string& name, const std::string& data) {
     std::ofstream(dir_ + "/" + name, std::ios::binary) << data;
   }
@@ -156,7 +151,8 @@ class TokenizeCliFilesTest : public ::testing::Test {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
-  std::string dir_;
+  TempDir tmp_{"lg_tokenize_cli"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(TokenizeCliFilesTest, MissingTokenizerIsAClearError) {

@@ -1,5 +1,7 @@
 #include "common/file_util.h"
 
+#include "tests/support/temp_dir.h"
+
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -12,13 +14,8 @@ namespace {
 
 class FileUtilTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/lg_file_util_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
+  test::TempDir tmp_{"lg_file_util"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(FileUtilTest, AtomicWriteThenReadAndMap) {
