@@ -6,42 +6,77 @@
 
 namespace lg::engine {
 
-BlockAllocator::BlockAllocator(int32_t num_blocks) : refs_(static_cast<size_t>(std::max(0, num_blocks)), 0) {
-  free_.reserve(refs_.size());
-  for (int32_t i = static_cast<int32_t>(refs_.size()) - 1; i >= 0; --i) free_.push_back(i);
+BlockAllocator::BlockAllocator(int32_t num_blocks)
+    : capacity_(std::max(0, num_blocks)), refs_(std::make_unique<std::atomic<int32_t>[]>(static_cast<size_t>(capacity_))) {
+  free_.reserve(static_cast<size_t>(capacity_));
+  for (int32_t i = capacity_ - 1; i >= 0; --i) {
+    refs_[static_cast<size_t>(i)].store(0, std::memory_order_relaxed);
+    free_.push_back(i);
+  }
+}
+
+int32_t BlockAllocator::numFree() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int32_t>(free_.size());
+}
+
+bool BlockAllocator::tryPop(int32_t n, std::vector<BlockId>& out) {
+  std::lock_guard lock(mu_);
+  if (static_cast<size_t>(n) > free_.size()) return false;
+  for (int32_t i = 0; i < n; ++i) {
+    const BlockId id = free_.back();
+    free_.pop_back();
+    refs_[static_cast<size_t>(id)].store(1, std::memory_order_release);
+    out.push_back(id);
+  }
+  return true;
+}
+
+int32_t BlockAllocator::reclaim(int32_t needed) {
+  std::lock_guard lock(reclaim_mu_);
+  return reclaimer_ ? reclaimer_(needed) : 0;
 }
 
 Result<BlockId> BlockAllocator::allocate() {
-  if (free_.empty()) {
-    return resourceExhausted("latent block pool exhausted (" + std::to_string(capacity()) + " blocks in use)");
-  }
-  const BlockId id = free_.back();
-  free_.pop_back();
-  refs_[static_cast<size_t>(id)] = 1;
-  return id;
+  std::vector<BlockId> one;
+  LG_RETURN_IF_ERROR(allocate(1, one));
+  return one[0];
 }
 
 Status BlockAllocator::allocate(int32_t n, std::vector<BlockId>& out) {
-  if (n > numFree()) {
-    return resourceExhausted("latent block pool: " + std::to_string(n) + " blocks needed, " +
-                             std::to_string(numFree()) + " free of " + std::to_string(capacity()));
+  if (n <= 0) return Status::ok();
+  // Not enough free blocks: let the cache give back unpinned ones and retry
+  // while it still finds some (other threads may take what it freed).
+  for (int round = 0; round < 64; ++round) {
+    if (tryPop(n, out)) return Status::ok();
+    if (reclaim(std::max(1, n - numFree())) == 0) break;
   }
-  for (int32_t i = 0; i < n; ++i) out.push_back(*allocate());
-  return Status::ok();
+  if (tryPop(n, out)) return Status::ok();
+  const int32_t free_now = numFree();
+  return resourceExhausted("latent block pool: " + std::to_string(n) + " blocks needed, " + std::to_string(free_now) +
+                           " free of " + std::to_string(capacity()));
 }
 
 void BlockAllocator::retain(BlockId id) {
   assert(isLive(id));
-  ++refs_[static_cast<size_t>(id)];
+  refs_[static_cast<size_t>(id)].fetch_add(1, std::memory_order_acq_rel);
 }
 
 void BlockAllocator::release(BlockId id) {
   assert(isLive(id));
-  if (--refs_[static_cast<size_t>(id)] == 0) free_.push_back(id);
+  if (refs_[static_cast<size_t>(id)].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard lock(mu_);
+    free_.push_back(id);
+  }
 }
 
 int32_t BlockAllocator::refCount(BlockId id) const {
-  return id >= 0 && id < capacity() ? refs_[static_cast<size_t>(id)] : 0;
+  return id >= 0 && id < capacity_ ? refs_[static_cast<size_t>(id)].load(std::memory_order_acquire) : 0;
+}
+
+void BlockAllocator::setReclaimer(Reclaimer reclaimer) {
+  std::lock_guard lock(reclaim_mu_);
+  reclaimer_ = std::move(reclaimer);
 }
 
 }  // namespace lg::engine

@@ -10,7 +10,9 @@
 // filled last block is copied into a fresh block (copy on fork), so shared
 // blocks are never written (see block_allocator.h).
 //
-// Thread-safety: like the allocator it points to, owned by the engine thread.
+// Thread-safety: one SequenceBlocks is used by one thread at a time. The
+// allocator it points to is thread-safe, so sequences of different requests
+// (and the prefix cache) may retain and release blocks from different threads.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +47,9 @@ class SequenceBlocks {
   Result<SequenceBlocks> fork(int32_t prefix) const;
 
   // Takes over blocks whose references the caller already holds (a cache hit:
-  // the prefix cache retains the blocks and hands them to a request).
+  // the prefix cache retains the blocks and hands them to a request, see
+  // cache/prefix_cache.h PrefixLease::takeBlocks). `length` may end inside the
+  // last block only if that block is not shared.
   void adopt(std::vector<BlockId> blocks, int32_t length);
 
   // Releases every block reference.
