@@ -17,7 +17,7 @@ namespace lg {
 namespace {
 
 using json = nlohmann::json;
-using FieldRef = std::variant<std::string*, int*, LogFormat*>;
+using FieldRef = std::variant<std::string*, int*, int64_t*, LogFormat*>;
 
 struct Field {
   std::string_view path;
@@ -41,6 +41,16 @@ const std::array kFields = {
     LG_FIELD("engine.threads", engine.threads),
     LG_FIELD("engine.max_context", engine.max_context),
     LG_FIELD("cache.block_tokens", cache.block_tokens),
+    LG_FIELD("cache.tier0_budget_bytes", cache.tier0_budget_bytes),
+    LG_FIELD("cache.disk_path", cache.disk_path),
+    LG_FIELD("cache.disk_max_bytes", cache.disk_max_bytes),
+    LG_FIELD("cache.disk_ttl_seconds", cache.disk_ttl_seconds),
+    LG_FIELD("cache.stored_dtype", cache.stored_dtype),
+    LG_FIELD("cache.write_through_hits", cache.write_through_hits),
+    LG_FIELD("cache.write_back_queue_blocks", cache.write_back_queue_blocks),
+    LG_FIELD("cache.write_back_batch_blocks", cache.write_back_batch_blocks),
+    LG_FIELD("cache.restore_policy", cache.restore_policy),
+    LG_FIELD("cache.in_flight_wait_ms", cache.in_flight_wait_ms),
 };
 #undef LG_FIELD
 
@@ -78,6 +88,32 @@ Status parseInt(const std::string& path, const std::string& text, int& out) {
   return Status::ok();
 }
 
+// A 64-bit integer, optionally with a binary size suffix (KiB, MiB, GiB, TiB).
+Status parseInt64(const std::string& path, const std::string& text, int64_t& out) {
+  static constexpr std::array<std::pair<std::string_view, int>, 4> kSuffixes = {
+      {{"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}}};
+  std::string_view digits = text;
+  int shift = 0;
+  for (const auto& [suffix, bits] : kSuffixes) {
+    if (digits.size() > suffix.size() && digits.substr(digits.size() - suffix.size()) == suffix) {
+      digits.remove_suffix(suffix.size());
+      shift = bits;
+      break;
+    }
+  }
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty()) {
+    return invalidArgument(path + ": expected an integer (optionally with KiB, MiB, GiB or TiB), got " +
+                           quoteValue(text));
+  }
+  if (shift > 0 && (v > (std::numeric_limits<int64_t>::max() >> shift) || v < (std::numeric_limits<int64_t>::min() >> shift))) {
+    return invalidArgument(path + ": " + quoteValue(text) + " is out of range");
+  }
+  out = v * (int64_t{1} << shift);
+  return Status::ok();
+}
+
 Status parseLogFormat(const std::string& path, const std::string& text, LogFormat& out) {
   if (text == "text") { out = LogFormat::kText; return Status::ok(); }
   if (text == "json") { out = LogFormat::kJson; return Status::ok(); }
@@ -89,6 +125,7 @@ Status setFromString(const Field& field, const std::string& value, Config& confi
   FieldRef ref = field.ref(config);
   if (auto* s = std::get_if<std::string*>(&ref)) { **s = value; return Status::ok(); }
   if (auto* i = std::get_if<int*>(&ref)) return parseInt(path, value, **i);
+  if (auto* l = std::get_if<int64_t*>(&ref)) return parseInt64(path, value, **l);
   return parseLogFormat(path, value, **std::get_if<LogFormat*>(&ref));
 }
 
@@ -103,6 +140,17 @@ Status setFromJson(const Field& field, const json& value, Config& config) {
     }
     **i = static_cast<int>(v);
     return Status::ok();
+  }
+  if (auto* l = std::get_if<int64_t*>(&ref)) {
+    if (value.is_number_integer()) {
+      if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return invalidArgument(path + ": " + value.dump() + " is out of range");
+      }
+      **l = value.get<int64_t>();
+      return Status::ok();
+    }
+    if (!value.is_string()) return invalidArgument(path + ": expected an integer or a size string, got " + value.dump());
+    return parseInt64(path, value.get<std::string>(), **l);
   }
   if (!value.is_string()) return invalidArgument(path + ": expected a string, got " + value.dump());
   return setFromString(field, value.get<std::string>(), config);
@@ -184,6 +232,43 @@ Status validateConfig(const Config& c) {
   if (c.cache.block_tokens < 1 || c.cache.block_tokens > 4096) {
     return invalidArgument("cache.block_tokens: expected 1..4096, got " + std::to_string(c.cache.block_tokens));
   }
+  if (c.cache.tier0_budget_bytes < 0) {
+    return invalidArgument("cache.tier0_budget_bytes: expected >= 0 (0 = the whole pool), got " +
+                           std::to_string(c.cache.tier0_budget_bytes));
+  }
+  if (c.cache.disk_max_bytes < (int64_t{1} << 20)) {
+    return invalidArgument("cache.disk_max_bytes: expected at least 1MiB, got " + std::to_string(c.cache.disk_max_bytes));
+  }
+  if (c.cache.disk_ttl_seconds < 0) {
+    return invalidArgument("cache.disk_ttl_seconds: expected >= 0 (0 = never expire), got " +
+                           std::to_string(c.cache.disk_ttl_seconds));
+  }
+  static constexpr std::array kStoredDTypes = {"pool", "f32", "bf16", "int8"};
+  if (std::find(kStoredDTypes.begin(), kStoredDTypes.end(), c.cache.stored_dtype) == kStoredDTypes.end()) {
+    return invalidArgument("cache.stored_dtype: expected one of pool, f32, bf16, int8; got " +
+                           quoteValue(c.cache.stored_dtype));
+  }
+  if (c.cache.write_through_hits < -1) {
+    return invalidArgument("cache.write_through_hits: expected >= -1 (-1 = never, 0 = at once), got " +
+                           std::to_string(c.cache.write_through_hits));
+  }
+  if (c.cache.write_back_queue_blocks < 1 || c.cache.write_back_queue_blocks > 1000000) {
+    return invalidArgument("cache.write_back_queue_blocks: expected 1..1000000, got " +
+                           std::to_string(c.cache.write_back_queue_blocks));
+  }
+  if (c.cache.write_back_batch_blocks < 1 || c.cache.write_back_batch_blocks > 4096) {
+    return invalidArgument("cache.write_back_batch_blocks: expected 1..4096, got " +
+                           std::to_string(c.cache.write_back_batch_blocks));
+  }
+  static constexpr std::array kPolicies = {"auto", "always", "never"};
+  if (std::find(kPolicies.begin(), kPolicies.end(), c.cache.restore_policy) == kPolicies.end()) {
+    return invalidArgument("cache.restore_policy: expected one of auto, always, never; got " +
+                           quoteValue(c.cache.restore_policy));
+  }
+  if (c.cache.in_flight_wait_ms < 0) {
+    return invalidArgument("cache.in_flight_wait_ms: expected >= 0 (0 = never wait), got " +
+                           std::to_string(c.cache.in_flight_wait_ms));
+  }
   return Status::ok();
 }
 
@@ -223,6 +308,7 @@ std::string configToJson(const Config& config) {
     json& leaf = (*node)[std::string(path)];
     if (auto* s = std::get_if<std::string*>(&ref)) leaf = **s;
     else if (auto* i = std::get_if<int*>(&ref)) leaf = **i;
+    else if (auto* l = std::get_if<int64_t*>(&ref)) leaf = **l;
     else leaf = (**std::get_if<LogFormat*>(&ref) == LogFormat::kJson) ? "json" : "text";
   }
   return out.dump(2);

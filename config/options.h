@@ -26,8 +26,20 @@ struct EngineOptions {
   int max_context = 0;    // 0: the model's max_position_embeddings
 };
 
+// The prefix cache (cache/, docs/cache.md). Sizes are bytes; in a file or
+// the environment they may carry a binary suffix ("8GiB", "512MiB").
 struct CacheOptions {
   int block_tokens = 64;  // fingerprint block = latent page size, in tokens
+  int64_t tier0_budget_bytes = 0;                 // cached blocks kept in the pool; 0: bounded by the pool
+  std::string disk_path;                          // the RocksDB tier; empty: data_dir/kv
+  int64_t disk_max_bytes = int64_t{64} << 30;     // byte cap of the disk tier
+  int64_t disk_ttl_seconds = 7 * 24 * 3600;       // unused blocks expire after this; 0: never
+  std::string stored_dtype = "pool";              // pool (the pool's dtype, f32 by default), f32, bf16, int8
+  int write_through_hits = 2;                     // write a block through after N reuses; 0: at once; -1: never
+  int write_back_queue_blocks = 64;               // bounded write-back queue; full: dropped and counted
+  int write_back_batch_blocks = 16;               // blocks per RocksDB write batch
+  std::string restore_policy = "auto";            // auto (cost model), always, never
+  int in_flight_wait_ms = 60000;                  // longest wait for blocks another request is computing
 };
 
 struct Config {

@@ -1,5 +1,9 @@
 #include "config/config.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace lg {
@@ -81,14 +85,47 @@ TEST(ConfigTest, ErrorsNameFieldAndValue) {
   EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
 }
 
+TEST(ConfigTest, CacheSizesTakeBinarySuffixesAndBadValuesAreRejected) {
+  Config c;
+  ASSERT_TRUE(applyConfigText(R"({"cache": {"tier0_budget_bytes": "512MiB", "disk_max_bytes": 8589934592,
+                                            "stored_dtype": "bf16", "restore_policy": "never"}})",
+                              "f.json", c)
+                  .isOk());
+  EXPECT_EQ(c.cache.tier0_budget_bytes, int64_t{512} << 20);
+  EXPECT_EQ(c.cache.disk_max_bytes, int64_t{8} << 30);
+  EXPECT_EQ(c.cache.stored_dtype, "bf16");
+  EXPECT_EQ(c.cache.restore_policy, "never");
+  ConfigSources sources;
+  sources.environment = {{"LATENTGATE_CACHE_DISK_MAX_BYTES", "2GiB"}};
+  auto loaded = loadConfig(sources);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().toString();
+  EXPECT_EQ(loaded->cache.disk_max_bytes, int64_t{2} << 30);
+
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"LATENTGATE_CACHE_DISK_MAX_BYTES", "12XB"},
+           {"LATENTGATE_CACHE_DISK_MAX_BYTES", "99999999999TiB"},
+           {"LATENTGATE_CACHE_DISK_MAX_BYTES", "1KiB"},  // below the 1 MiB floor
+           {"LATENTGATE_CACHE_TIER0_BUDGET_BYTES", "-1"},
+           {"LATENTGATE_CACHE_STORED_DTYPE", "fp4"},
+           {"LATENTGATE_CACHE_RESTORE_POLICY", "sometimes"},
+           {"LATENTGATE_CACHE_WRITE_BACK_QUEUE_BLOCKS", "0"}}) {
+    sources.environment = {{name, value}};
+    auto bad = loadConfig(sources);
+    ASSERT_FALSE(bad.isOk()) << name << "=" << value;
+    EXPECT_NE(bad.status().message().find("cache."), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(ConfigTest, EffectiveConfigRoundTrips) {
   Config c;
   c.engine.threads = 9;
   c.log.format = LogFormat::kJson;
+  c.cache.disk_max_bytes = int64_t{3} << 40;
   Config back;
   ASSERT_TRUE(applyConfigText(configToJson(c), "dump", back).isOk());
   EXPECT_EQ(back.engine.threads, 9);
   EXPECT_EQ(back.log.format, LogFormat::kJson);
+  EXPECT_EQ(back.cache.disk_max_bytes, int64_t{3} << 40);
 }
 
 }  // namespace
