@@ -1,19 +1,28 @@
 // `latentgate forward --model DIR --ids FILE --out FILE.safetensors
-//   [--chunk N] [--decode-from K] [--threads N] [--latent-dtype f32|bf16]`
+//   [--chunk N] [--decode-from K] [--threads N] [--latent-dtype f32|bf16]
+//   [--cache-dir DIR [--namespace NS]]`
 // Runs a JSON array of token ids through the engine and writes the logits of
 // every position (`logits`, F32 [len, vocab]) as safetensors. Needs only
 // config.json and the weights. Prints one JSON line of statistics on stdout.
+// With --cache-dir the persistent prefix cache in DIR supplies the longest
+// cached prefix (those rows are NaN, metadata `first_computed_position`), and
+// every block computed is written to DIR before exit (docs/cli.md).
 // Exit codes: 0 success, 1 the engine rejected the input or the output could
 // not be written, 2 bad usage, configuration, model or ids file.
 #include <chrono>
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cache/disk_tier.h"
+#include "cache/model_fingerprint.h"
+#include "cache/prefix_cache.h"
 #include "cli/commands.h"
 #include "cli/global_flags.h"
 #include "common/file_util.h"
@@ -21,6 +30,7 @@
 #include "engine/forward_runner.h"
 #include "engine/model/load_progress.h"
 #include "engine/model/safetensors.h"
+#include "engine/sequence_blocks.h"
 
 namespace lg::cli {
 namespace {
@@ -35,7 +45,83 @@ struct ForwardArgs {
   int decode_from = -1;
   int threads = 0;  // 0: engine.threads from the configuration
   std::string latent_dtype = "f32";
+  std::string cache_dir;             // empty: no prefix cache
+  std::string cache_namespace = "default";
 };
+
+// The prefix cache of one `forward` run: the disk tier in --cache-dir and the
+// index over the backend's pool.
+struct ForwardCache {
+  std::unique_ptr<cache::DiskTier> disk;
+  std::unique_ptr<cache::PrefixCache> index;
+  double fingerprint_ms = 0;
+  std::string fingerprint_hex;
+  cache::StoredDType stored_dtype = cache::StoredDType::kF32;
+};
+
+Result<ForwardCache> openCache(const Config& config, const ForwardArgs& args, engine::Backend& backend) {
+  using Clock = std::chrono::steady_clock;
+  ForwardCache c;
+  const auto t0 = Clock::now();
+  LG_ASSIGN_OR_RETURN(cache::ModelFingerprint fp, cache::fingerprintModel(args.model_dir));
+  c.fingerprint_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  c.fingerprint_hex = fp.digest.hex();
+  const cache::Digest identity = cache::latentIdentity(fp.digest, backend.latentLayout());
+  cache::DiskTierOptions disk_options;
+  disk_options.path = args.cache_dir;
+  disk_options.max_bytes = static_cast<uint64_t>(config.cache.disk_max_bytes);
+  disk_options.ttl = std::chrono::seconds(config.cache.disk_ttl_seconds);
+  LG_ASSIGN_OR_RETURN(c.disk, cache::DiskTier::open(disk_options));
+  cache::PrefixCacheOptions options;
+  options.tier0_budget_bytes = static_cast<uint64_t>(config.cache.tier0_budget_bytes);
+  if (config.cache.stored_dtype == "pool") {
+    c.stored_dtype = backend.latentLayout().dtype == engine::LatentDType::kF32 ? cache::StoredDType::kF32
+                                                                             : cache::StoredDType::kBF16;
+  } else {
+    LG_ASSIGN_OR_RETURN(c.stored_dtype, cache::parseStoredDType(config.cache.stored_dtype));
+  }
+  options.stored_dtype = c.stored_dtype;
+  options.write_through_hits = config.cache.write_through_hits;
+  options.write_back_queue_blocks = static_cast<size_t>(config.cache.write_back_queue_blocks);
+  options.write_back_batch_blocks = static_cast<size_t>(config.cache.write_back_batch_blocks);
+  LG_ASSIGN_OR_RETURN(options.restore_policy, cache::parseRestorePolicy(config.cache.restore_policy));
+  options.in_flight_wait = std::chrono::milliseconds(config.cache.in_flight_wait_ms);
+  LG_ASSIGN_OR_RETURN(c.index, cache::PrefixCache::create(backend, c.disk.get(), identity, options));
+  return c;
+}
+
+json cacheStatsJson(const ForwardCache& c, const cache::PrefixLease& lease, const std::string& ns, double persist_ms) {
+  const cache::CacheStats s = c.index->snapshot();
+  json rejected = json::object();
+  for (size_t r = 0; r < cache::kRejectReasonCount; ++r) {
+    if (s.rejected_blocks[r] > 0) {
+      rejected[std::string(cache::rejectReasonName(static_cast<cache::RejectReason>(r)))] = s.rejected_blocks[r];
+    }
+  }
+  const cache::Decision& d = lease.decision();
+  return {
+      {"namespace", ns},
+      {"model_fingerprint", c.fingerprint_hex},
+      {"fingerprint_ms", c.fingerprint_ms},
+      {"tier0_hit_blocks", lease.tier0Blocks()},
+      {"disk_hit_blocks", lease.diskBlocks()},
+      {"decision", std::string(cache::restoreChoiceName(d.choice))},
+      {"restore_estimate_ms", d.restore_seconds * 1e3},
+      {"recompute_estimate_ms", d.recompute_seconds < 0 ? json(nullptr) : json(d.recompute_seconds * 1e3)},
+      {"restore_ms", lease.restoreSeconds() * 1e3},
+      {"restore_bytes", lease.restoreBytes()},
+      {"restore_mb_per_s", lease.restoreSeconds() > 0 ? lease.restoreBytes() / lease.restoreSeconds() / 1e6 : 0.0},
+      {"stored_dtype", std::string(cache::storedDTypeName(c.stored_dtype))},
+      {"stored_blocks", s.write_back_written_blocks},
+      {"stored_bytes", s.write_back_written_bytes},
+      {"persist_ms", persist_ms},
+      {"rejected_blocks", rejected},
+      {"disk_read_errors", s.disk_read_errors},
+      {"disk_recovered_from_corruption", s.disk_recovered_from_corruption},
+      {"disk_blocks", s.disk.blocks},
+      {"disk_bytes", s.disk.bytes},
+  };
+}
 
 Result<std::vector<int32_t>> readIds(const std::string& path) {
   LG_ASSIGN_OR_RETURN(std::string text, readFile(path, size_t{1} << 30));
@@ -91,14 +177,43 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
     return 2;
   }
   const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::optional<ForwardCache> cache;
+  if (!args.cache_dir.empty()) {
+    auto opened = openCache(*config, args, **backend);
+    if (!opened.isOk()) {
+      std::cerr << "latentgate forward: prefix cache: " << opened.status().toString() << "\n";
+      return 2;
+    }
+    cache = std::move(opened).value();
+  }
   engine::ForwardRunOptions run_options;
   run_options.chunk = args.chunk;
   run_options.decode_from = args.decode_from;
   engine::ForwardRunStats stats;
-  auto logits = engine::runForward(**backend, *ids, run_options, &stats);
+  engine::SequenceBlocks seq(**backend);
+  cache::PrefixLease lease;
+  if (cache) {
+    lease = cache->index->acquire(args.cache_namespace, *ids);
+    seq.adopt(lease.takeBlocks(), lease.cachedTokens());
+  }
+  auto logits = engine::runForwardFrom(**backend, seq, *ids, run_options, &stats);
   if (!logits.isOk()) {
     std::cerr << "latentgate forward: " << logits.status().toString() << "\n";
     return 1;
+  }
+  const int64_t prefill_tokens = stats.computed_tokens - stats.decode_steps;
+  double persist_ms = 0;
+  if (cache) {
+    cache->index->observePrefill(stats.cached_tokens, stats.cached_tokens + prefill_tokens,
+                                 stats.prefill_seconds - stats.prefill_attention_seconds,
+                                 stats.prefill_attention_seconds);
+    const auto p0 = Clock::now();
+    Status s = lease.publish(seq.blocks(), seq.length());
+    // Write-through at exit: everything computed is in DIR before the process
+    // ends, so the next process can reuse it.
+    if (s.isOk()) s = cache->index->persistAll(/*flush_files=*/true);
+    persist_ms = std::chrono::duration<double, std::milli>(Clock::now() - p0).count();
+    if (!s.isOk()) std::cerr << "latentgate forward: prefix cache: " << s.toString() << " (continuing)\n";
   }
   const int64_t vocab = (*backend)->config().vocab_size;
   std::vector<engine::TensorToWrite> tensors(1);
@@ -106,11 +221,12 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
   tensors[0].dtype = engine::DType::kF32;
   tensors[0].shape = {static_cast<int64_t>(ids->size()), vocab};
   tensors[0].fill = [&](std::span<uint8_t> out) { std::memcpy(out.data(), logits->data(), out.size()); };
-  if (Status s = engine::writeSafetensors(args.out_file, tensors, {{"format", "pt"}}); !s.isOk()) {
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  if (cache) metadata["first_computed_position"] = std::to_string(stats.cached_tokens);
+  if (Status s = engine::writeSafetensors(args.out_file, tensors, metadata); !s.isOk()) {
     std::cerr << "latentgate forward: " << s.toString() << "\n";
     return 1;
   }
-  const int64_t prefill_tokens = stats.computed_tokens - stats.decode_steps;
   json line = {
       {"tokens", stats.tokens},
       {"cached_tokens", stats.cached_tokens},
@@ -127,6 +243,7 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
       {"latent_dtype", args.latent_dtype},
       {"block_tokens", options.block_tokens},
   };
+  if (cache) line["cache"] = cacheStatsJson(*cache, lease, args.cache_namespace, persist_ms);
   std::cout << line.dump() << std::endl;
   return 0;
 }
@@ -146,6 +263,9 @@ Command addForwardCommand(CLI::App& app, GlobalFlags& flags) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", args->threads, "Compute threads (default: engine.threads)")->check(CLI::PositiveNumber);
   cmd->add_option("--latent-dtype", args->latent_dtype, "Latent cache storage: f32 (default) or bf16");
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "Persistent prefix cache (a RocksDB directory): reuse the cached prefix, store what is new");
+  cmd->add_option("--namespace", args->cache_namespace, "Prefix cache namespace (default: default)");
   flags.addTo(*cmd);
   return {cmd, [&flags, args]() -> int { return runForwardCommand(flags, *args); }};
 }

@@ -1,0 +1,81 @@
+// CacheStats: one snapshot of everything the prefix cache counts, and the
+// interface the gateway's /metrics (and `latentgate forward`'s stats line)
+// read it through. Counters are totals since the cache was created; gauges
+// (blocks, bytes, queue depth) are values at the time of the snapshot.
+//
+// Token accounting per request: prompt = tier-0 hits + disk hits + computed.
+//   tier0.hit_tokens   tokens whose latents were reused from tier 0
+//   tier0.miss_tokens  prompt tokens not found in tier 0
+//   disk.hit_tokens    tier-0 misses restored from the disk tier
+//   disk.miss_tokens   tier-0 misses not restored (absent, rejected, or the
+//                      cost model chose to recompute): the computed tokens
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "cache/block_codec.h"
+#include "cache/cost_model.h"
+
+namespace lg::cache {
+
+struct TierStats {
+  uint64_t hit_tokens = 0;
+  uint64_t miss_tokens = 0;
+  uint64_t blocks = 0;          // gauge: blocks held by the tier
+  uint64_t bytes = 0;           // gauge: bytes held by the tier
+  uint64_t evicted_blocks = 0;  // tier 0: by the byte budget or reclaimed for allocation; disk: cap or expiry
+};
+
+struct CacheStats {
+  uint64_t lookups = 0;
+  uint64_t prompt_tokens = 0;
+  TierStats tier0;
+  TierStats disk;
+
+  // Tier 0.
+  uint64_t tier0_pinned_blocks = 0;     // gauge: indexed blocks a request also holds
+  uint64_t tier0_budget_bytes = 0;      // 0: bounded by the pool only
+  uint64_t reclaimed_blocks = 0;        // evicted because an allocation found the pool full
+  uint64_t in_flight_blocks = 0;        // gauge: blocks claimed by a request that is computing them
+  uint64_t in_flight_waits = 0;         // lookups that waited for another request's blocks
+  uint64_t in_flight_wait_timeouts = 0;
+  uint64_t published_blocks = 0;
+
+  // Write-back / write-through (to the disk tier).
+  uint64_t write_back_queue_depth = 0;  // gauge
+  uint64_t write_back_queued_blocks = 0;
+  uint64_t write_back_written_blocks = 0;
+  uint64_t write_back_written_bytes = 0;
+  uint64_t write_back_dropped_blocks = 0;  // queue full: dropped, never blocking a request
+  uint64_t write_back_errors = 0;
+  uint64_t write_through_blocks = 0;       // queued because they were reused often (or at exit)
+
+  // Restores (promotion from the disk tier to tier 0).
+  uint64_t restored_blocks = 0;
+  uint64_t restore_bytes = 0;     // stored bytes read
+  double restore_seconds = 0;     // total wall time of restores (read + verify + import)
+  uint64_t disk_read_errors = 0;  // RocksDB reported corruption or an I/O error
+  std::array<uint64_t, kRejectReasonCount> rejected_blocks{};  // by RejectReason: never served
+  bool disk_recovered_from_corruption = false;
+
+  // Restore-or-recompute decisions (one per lookup that found blocks on disk).
+  uint64_t decisions_restore = 0;
+  uint64_t decisions_recompute = 0;
+  CostEstimates costs;  // the cost model's current figures
+
+  uint64_t rejectedTotal() const {
+    uint64_t n = 0;
+    for (uint64_t v : rejected_blocks) n += v;
+    return n;
+  }
+};
+
+// What /metrics reads. Implementations are thread-safe.
+class CacheMetricsSource {
+ public:
+  virtual ~CacheMetricsSource() = default;
+  virtual CacheStats snapshot() const = 0;
+};
+
+}  // namespace lg::cache

@@ -1,0 +1,96 @@
+#include "cache/fingerprint.h"
+
+#include <openssl/evp.h>
+
+#include <cassert>
+#include <cstring>
+
+namespace lg::cache {
+namespace {
+
+// Domain separation: a block key can never equal a system-prompt fingerprint or
+// any other hash computed from the same bytes.
+constexpr std::string_view kBlockTag = "latentgate/block/v1";
+constexpr std::string_view kSystemPromptTag = "latentgate/system-prompt/v1";
+
+}  // namespace
+
+std::string Digest::hex() const {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(64);
+  for (uint8_t b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  const int ok = EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
+  assert(ok == 1);
+  (void)ok;
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+Sha256& Sha256::update(std::string_view data) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data.data(), data.size());
+  return *this;
+}
+
+Sha256& Sha256::updateU64(uint64_t v) {
+  uint8_t le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<uint8_t>(v >> (8 * i));
+  return update(std::string_view(reinterpret_cast<const char*>(le), 8));
+}
+
+Digest Sha256::finish() {
+  Digest d;
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.bytes.data(), &len);
+  assert(len == d.bytes.size());
+  return d;
+}
+
+Digest sha256(std::string_view data) { return Sha256().update(data).finish(); }
+
+Digest blockKey(std::string_view ns, const Digest& model, const Digest& previous,
+                std::span<const int32_t> block_ids) {
+  Sha256 h;
+  h.update(kBlockTag).updateU64(ns.size()).update(ns).update(model).update(previous);
+  h.updateU64(block_ids.size());
+  for (int32_t id : block_ids) {
+    uint8_t le[4];
+    for (int i = 0; i < 4; ++i) le[i] = static_cast<uint8_t>(static_cast<uint32_t>(id) >> (8 * i));
+    h.update(std::string_view(reinterpret_cast<const char*>(le), 4));
+  }
+  return h.finish();
+}
+
+std::vector<Digest> chainBlockKeys(std::string_view ns, const Digest& model, std::span<const int32_t> ids,
+                                   int block_tokens) {
+  assert(block_tokens > 0);
+  std::vector<Digest> keys;
+  const size_t n = ids.size() / static_cast<size_t>(block_tokens);
+  keys.reserve(n);
+  Digest previous;
+  for (size_t b = 0; b < n; ++b) {
+    previous = blockKey(ns, model, previous, ids.subspan(b * block_tokens, block_tokens));
+    keys.push_back(previous);
+  }
+  return keys;
+}
+
+Digest systemPromptFingerprint(std::string_view ns, const Digest& model, std::string_view system_text) {
+  return Sha256()
+      .update(kSystemPromptTag)
+      .updateU64(ns.size())
+      .update(ns)
+      .update(model)
+      .updateU64(system_text.size())
+      .update(system_text)
+      .finish();
+}
+
+}  // namespace lg::cache

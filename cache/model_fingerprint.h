@@ -1,0 +1,72 @@
+// The model fingerprint: which checkpoint (architecture, weights, tokenizer)
+// and which engine numerics a cached latent block belongs to. It is mixed into
+// every block key (fingerprint.h) and written into every stored block header
+// (block_codec.h), so a block computed by another model, another revision of
+// the same model or an engine whose latents differ is never served.
+//
+// What fingerprintModel(dir) covers, in this order (all length-delimited):
+//   - a domain tag and kLatentFormatVersion;
+//   - config.json (every byte);
+//   - tokenizer files if present (tokenizer.json, tokenizer_config.json,
+//     tokenizer.model, special_tokens_map.json; every byte; absence is hashed
+//     too, so adding one changes the fingerprint);
+//   - model.safetensors.index.json if present (every byte), then each weight
+//     file the loader reads (the shards it names, sorted, or model.safetensors):
+//     file name, file size, the whole safetensors header (tensor names,
+//     dtypes, shapes, offsets, metadata) and a deterministic sample of the
+//     tensor bytes: the whole data section when it is at most
+//     `whole_data_limit` bytes, otherwise its first and last `edge_bytes` and
+//     `sample_windows` windows of `window_bytes` at offsets derived from the
+//     header's hash.
+// Cost: a few hundred KB of reads per shard whatever its size (about 40 MB
+// for a 163-shard DeepSeek-V3 checkpoint), so restarts stay fast. The price
+// of sampling: an in-place edit of weight bytes outside the sample, keeping
+// every header and size, is not detected. Republished checkpoints change
+// headers, sizes or sampled bytes; an operator who edits weights in place must
+// clear the cache (or change config.json).
+//
+// Thread-safety: free functions, no shared state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cache/fingerprint.h"
+#include "common/status.h"
+#include "engine/backend.h"
+
+namespace lg::cache {
+
+// Bump whenever the engine's latents change for the same checkpoint and
+// tokens (kernels that round differently, a RoPE or norm fix, a new latent
+// layout): every block computed by the old engine then misses instead of
+// being served. (Belongs next to engine/backend.h's LatentLayout; kept here
+// until the engine owns it.)
+inline constexpr uint32_t kLatentFormatVersion = 1;
+
+struct ModelFingerprintOptions {
+  uint64_t whole_data_limit = uint64_t{8} << 20;  // data sections up to 8 MiB are hashed whole
+  uint64_t edge_bytes = uint64_t{64} << 10;       // else: first and last 64 KiB...
+  int sample_windows = 64;                        // ...and 64 windows...
+  uint64_t window_bytes = 4096;                   // ...of 4 KiB
+};
+
+struct ModelFingerprint {
+  Digest digest;
+  uint64_t bytes_read = 0;         // file bytes hashed (for the log and the benchmark)
+  std::vector<std::string> files;  // the files covered, in hashing order
+};
+
+// Fingerprints the checkpoint in `dir` (the layout Model::load reads). Errors:
+// config.json or a weight file missing or unreadable, a malformed index or
+// safetensors header (NotFound / DataLoss naming the file).
+Result<ModelFingerprint> fingerprintModel(const std::string& dir, const ModelFingerprintOptions& options = {});
+
+// The identity cached latents are keyed and stored under: the checkpoint's
+// fingerprint plus what the engine's pool makes of it (latent format version,
+// pool dtype, layers, latent width, block size). A BF16 pool and an F32 pool
+// of the same model therefore never exchange blocks.
+Digest latentIdentity(const Digest& model, const engine::LatentLayout& layout);
+
+}  // namespace lg::cache

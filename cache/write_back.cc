@@ -1,0 +1,144 @@
+#include "cache/write_back.h"
+
+#include <utility>
+
+#include "cache/pool_latents.h"
+#include "common/logging.h"
+
+namespace lg::cache {
+namespace {
+
+spdlog::logger* log() {
+  static spdlog::logger* logger = componentLogger("cache");
+  return logger;
+}
+
+}  // namespace
+
+WriteBack::WriteBack(DiskTier& disk, const engine::LatentLayout& layout, const Digest& model,
+                     const WriteBackOptions& options)
+    : disk_(disk),
+      layout_(layout),
+      geometry_{static_cast<uint32_t>(layout.layers), static_cast<uint32_t>(layout.block_tokens),
+                static_cast<uint32_t>(layout.latent_dim)},
+      model_(model),
+      options_(options) {
+  thread_ = std::thread([this] { run(); });
+}
+
+WriteBack::~WriteBack() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  thread_.join();
+}
+
+bool WriteBack::tryPush(WriteBackItem item) {
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.size() >= options_.capacity_blocks || stop_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    queue_.push_back(std::move(item));
+    ++pushed_;
+  }
+  work_cv_.notify_one();
+  return true;
+}
+
+void WriteBack::push(WriteBackItem item) {
+  {
+    std::unique_lock lock(mu_);
+    space_cv_.wait(lock, [&] { return queue_.size() < options_.capacity_blocks || stop_; });
+    if (stop_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    queue_.push_back(std::move(item));
+    ++pushed_;
+  }
+  work_cv_.notify_one();
+}
+
+void WriteBack::drain() {
+  std::unique_lock lock(mu_);
+  const uint64_t target = pushed_;
+  space_cv_.wait(lock, [&] { return done_ >= target; });
+}
+
+void WriteBack::setPaused(bool paused) {
+  {
+    std::lock_guard lock(mu_);
+    paused_ = paused;
+  }
+  work_cv_.notify_all();
+}
+
+void WriteBack::run() {
+  std::vector<WriteBackItem> batch;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [&] { return (!queue_.empty() && !paused_) || stop_; });
+      if (queue_.empty()) return;  // stopping, nothing left
+      while (!queue_.empty() && batch.size() < options_.batch_blocks) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    space_cv_.notify_all();
+    writeBatch(batch);
+    {
+      std::lock_guard lock(mu_);
+      done_ += batch.size();
+    }
+    batch.clear();
+    space_cv_.notify_all();
+  }
+}
+
+void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
+  // Encoding (conversion + checksum) runs here, off the request threads.
+  std::vector<std::pair<Digest, std::string>> values;
+  values.reserve(batch.size());
+  std::vector<float> f32(geometry_.values());
+  uint64_t bytes = 0;
+  for (WriteBackItem& item : batch) {
+    if (item.latents.size() != layout_.blockBytes() || item.ids.size() != geometry_.block_tokens) {
+      errors_.fetch_add(1, std::memory_order_relaxed);  // a caller bug; never store a malformed block
+      continue;
+    }
+    poolToF32(layout_, item.latents, f32);
+    values.emplace_back(item.key, encodeBlock(geometry_, BlockIdentity{item.key, model_, item.ids}, f32,
+                                              options_.stored_dtype));
+    bytes += values.back().second.size();
+  }
+  Status s = disk_.putBatch(values);
+  if (s.isOk()) {
+    written_.fetch_add(values.size(), std::memory_order_relaxed);
+    written_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  } else {
+    errors_.fetch_add(values.size(), std::memory_order_relaxed);
+    log()->warn("latent write-back of {} blocks failed: {}", values.size(), s.toString());
+  }
+  disk_.enforceLimits();
+}
+
+WriteBackStats WriteBack::stats() const {
+  WriteBackStats s;
+  {
+    std::lock_guard lock(mu_);
+    s.queue_depth = queue_.size();
+    s.queued_blocks = pushed_;
+  }
+  s.written_blocks = written_.load(std::memory_order_relaxed);
+  s.written_bytes = written_bytes_.load(std::memory_order_relaxed);
+  s.dropped_blocks = dropped_.load(std::memory_order_relaxed);
+  s.write_errors = errors_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace lg::cache

@@ -1,0 +1,97 @@
+// WriteBack: the asynchronous writer that moves latent blocks from tier 0 to
+// the disk tier. Evicted blocks (write-back) and hot blocks (write-through)
+// are exported by the caller and queued here; one writer thread encodes them
+// (block_codec.h, in the configured stored dtype) and writes them to RocksDB
+// in batches, then lets the disk tier enforce its byte cap and expiry.
+//
+// The queue is bounded (in blocks). tryPush never blocks a request: when the
+// queue is full the block is dropped and counted (it is simply recomputed if
+// it is needed again). push blocks and is for shutdown paths only
+// (PrefixCache::persistAll).
+//
+// Thread-safety: all methods may be called concurrently. The destructor
+// writes what is queued, then joins the thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cache/block_codec.h"
+#include "cache/disk_tier.h"
+#include "cache/fingerprint.h"
+#include "engine/backend.h"
+
+namespace lg::cache {
+
+struct WriteBackItem {
+  Digest key;
+  std::vector<int32_t> ids;      // the block's block_tokens token ids
+  std::vector<uint8_t> latents;  // the block as exportBlock wrote it (pool layout and dtype)
+};
+
+struct WriteBackOptions {
+  size_t capacity_blocks = 64;  // queued blocks; beyond this tryPush drops
+  size_t batch_blocks = 16;     // blocks per RocksDB write batch
+  StoredDType stored_dtype = StoredDType::kF32;
+};
+
+struct WriteBackStats {
+  uint64_t queue_depth = 0;     // blocks waiting now
+  uint64_t queued_blocks = 0;   // accepted so far
+  uint64_t written_blocks = 0;
+  uint64_t written_bytes = 0;   // encoded bytes handed to RocksDB
+  uint64_t dropped_blocks = 0;  // refused because the queue was full
+  uint64_t write_errors = 0;    // blocks in batches RocksDB failed to write
+};
+
+class WriteBack {
+ public:
+  // `disk` must outlive this object. `model` is the latent identity written
+  // into every stored header.
+  WriteBack(DiskTier& disk, const engine::LatentLayout& layout, const Digest& model, const WriteBackOptions& options);
+  ~WriteBack();
+  WriteBack(const WriteBack&) = delete;
+  WriteBack& operator=(const WriteBack&) = delete;
+
+  // Queues a block unless the queue is full; false means dropped (counted).
+  bool tryPush(WriteBackItem item);
+  // Queues a block, waiting for room.
+  void push(WriteBackItem item);
+  // Returns once everything queued before the call has been written (do not
+  // call while paused).
+  void drain();
+  // Holds the writer between batches (maintenance, and tests of a full queue).
+  void setPaused(bool paused);
+
+  WriteBackStats stats() const;
+  StoredDType storedDType() const { return options_.stored_dtype; }
+  const BlockGeometry& geometry() const { return geometry_; }
+
+ private:
+  void run();
+  void writeBatch(std::vector<WriteBackItem>& batch);
+
+  DiskTier& disk_;
+  const engine::LatentLayout layout_;
+  const BlockGeometry geometry_;
+  const Digest model_;
+  const WriteBackOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;   // items arrived or stopping
+  std::condition_variable space_cv_;  // room in the queue, or a batch finished
+  std::deque<WriteBackItem> queue_;   // guarded by mu_
+  uint64_t pushed_ = 0;               // guarded by mu_: items accepted
+  uint64_t done_ = 0;                 // guarded by mu_: items written or failed
+  bool stop_ = false;                 // guarded by mu_
+  bool paused_ = false;               // guarded by mu_
+  std::atomic<uint64_t> written_{0}, written_bytes_{0}, dropped_{0}, errors_{0};
+  std::thread thread_;
+};
+
+}  // namespace lg::cache

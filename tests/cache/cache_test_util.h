@@ -1,0 +1,95 @@
+// Helpers shared by the prefix cache tests (also compiled into the
+// ThreadSanitizer test): temp dirs and one simulated request over a
+// MemoryBackend.
+#pragma once
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cache/prefix_cache.h"
+#include "engine/sequence_blocks.h"
+#include "tests/cache/memory_backend.h"
+
+namespace lg::cache::testing {
+
+class ScopedTempDir {
+ public:
+  ScopedTempDir() {
+    char tmpl[] = "/tmp/lg_cache_test_XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~ScopedTempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The content key of each whole block: depends on the tokens only, never on
+// the namespace, like real latents.
+inline std::vector<Digest> contentKeys(const MemoryBackend& backend, std::span<const int32_t> ids) {
+  const int bt = backend.latentLayout().block_tokens;
+  std::vector<int32_t> padded(ids.begin(), ids.end());
+  padded.resize((ids.size() + bt - 1) / bt * bt, -1);  // the partial last block gets a key too
+  return chainBlockKeys("content", sha256("content"), padded, bt);
+}
+
+struct RequestResult {
+  int32_t cached_tokens = 0;
+  int32_t tier0_blocks = 0;
+  int32_t disk_blocks = 0;
+  bool served_right_blocks = true;  // every reused block held the expected latents
+  RestoreChoice decision = RestoreChoice::kNone;
+};
+
+// One request: acquire, adopt the hit blocks, "compute" the rest, publish.
+inline RequestResult runRequest(PrefixCache& cache, MemoryBackend& backend, std::string_view ns,
+                                std::span<const int32_t> ids, const AcquireOptions& options = {}) {
+  RequestResult r;
+  PrefixLease lease = cache.acquire(ns, ids, options);
+  r.cached_tokens = lease.cachedTokens();
+  r.tier0_blocks = lease.tier0Blocks();
+  r.disk_blocks = lease.diskBlocks();
+  r.decision = lease.decision().choice;
+  engine::SequenceBlocks seq(backend);
+  seq.adopt(lease.takeBlocks(), lease.cachedTokens());
+  const std::vector<Digest> content = contentKeys(backend, ids);
+  for (int32_t i = 0; i < lease.hitBlocks(); ++i) {
+    if (!backend.holds(seq.blocks()[static_cast<size_t>(i)], content[static_cast<size_t>(i)])) {
+      r.served_right_blocks = false;
+    }
+  }
+  if (!seq.reserve(static_cast<int32_t>(ids.size())).isOk()) {
+    r.served_right_blocks = false;  // pool exhausted: reported as a failure to the test
+    return r;
+  }
+  for (size_t i = static_cast<size_t>(lease.hitBlocks()); i < seq.blocks().size(); ++i) {
+    backend.compute(seq.blocks()[i], content[i]);
+  }
+  seq.commit(static_cast<int32_t>(ids.size()) - seq.length());
+  if (!lease.publish(seq.blocks(), seq.length()).isOk()) r.served_right_blocks = false;
+  return r;
+}
+
+inline std::vector<int32_t> tokens(int32_t n, int32_t seed) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  uint32_t x = static_cast<uint32_t>(seed) * 2654435761u + 1;
+  for (auto& t : v) {
+    x = x * 1103515245u + 12345u;
+    t = static_cast<int32_t>((x >> 8) % 1000);
+  }
+  return v;
+}
+
+inline std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace lg::cache::testing

@@ -1,0 +1,353 @@
+// PrefixCache over a MemoryBackend (blocks hold a pattern derived from their
+// tokens) with a real RocksDB disk tier: hit accounting, pinning, LRU
+// eviction, reclaiming, in-flight claims, write-back / write-through,
+// restore, rejection, namespaces and reference counts.
+#include "cache/prefix_cache.h"
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/cache/cache_test_util.h"
+
+namespace lg::cache::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kBt = 4;
+
+class PrefixCacheTest : public ::testing::Test {
+ protected:
+  void make(PrefixCacheOptions options = {}, bool with_disk = true, int32_t pool_blocks = 64) {
+    cache_.reset();
+    backend_ = std::make_unique<MemoryBackend>(smallLayout(kBt), pool_blocks);
+    if (with_disk && disk_ == nullptr) openDisk();
+    auto c = PrefixCache::create(*backend_, with_disk ? disk_.get() : nullptr, model_, options);
+    ASSERT_TRUE(c.isOk()) << c.status().toString();
+    cache_ = std::move(c).value();
+  }
+  void openDisk() {
+    DiskTierOptions o;
+    o.path = dir_.path() + "/kv";
+    auto d = DiskTier::open(o);
+    ASSERT_TRUE(d.isOk()) << d.status().toString();
+    disk_ = std::move(d).value();
+  }
+  void TearDown() override {
+    cache_.reset();
+    if (backend_) {
+      EXPECT_EQ(backend_->blocks().numFree(), backend_->blocks().capacity()) << "leaked references";
+    }
+  }
+  RequestResult request(std::string_view ns, const std::vector<int32_t>& ids, const AcquireOptions& o = {}) {
+    RequestResult r = runRequest(*cache_, *backend_, ns, ids, o);
+    EXPECT_TRUE(r.served_right_blocks);
+    return r;
+  }
+
+  ScopedTempDir dir_;
+  Digest model_ = sha256("model");
+  std::unique_ptr<MemoryBackend> backend_;
+  std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<PrefixCache> cache_;
+};
+
+TEST_F(PrefixCacheTest, HitsAreWholeBlocksAndNeverTheLastToken) {
+  make({}, /*with_disk=*/false);
+  const auto ids = tokens(4 * kBt, 1);  // exactly 4 blocks
+  EXPECT_EQ(request("team", ids).cached_tokens, 0);
+  // The same prompt again: the last token is computed, so its block is not reused.
+  EXPECT_EQ(request("team", ids).cached_tokens, 3 * kBt);
+  // One token more: all 4 blocks are reused.
+  auto longer = ids;
+  longer.push_back(7);
+  RequestResult r = request("team", longer);
+  EXPECT_EQ(r.cached_tokens, 4 * kBt);
+  EXPECT_EQ(r.tier0_blocks, 4);
+  // A prompt that diverges inside block 2 reuses exactly blocks 0 and 1.
+  auto diverging = ids;
+  diverging[2 * kBt + 1] += 1;
+  EXPECT_EQ(request("team", diverging).cached_tokens, 2 * kBt);
+  // Shorter than a block: nothing to reuse, nothing published.
+  EXPECT_EQ(request("team", tokens(kBt - 1, 1)).cached_tokens, 0);
+  const CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.lookups, 5u);
+  EXPECT_EQ(s.tier0.hit_tokens, uint64_t{(3 + 4 + 2) * kBt});
+  EXPECT_EQ(s.tier0.hit_tokens + s.tier0.miss_tokens, s.prompt_tokens);
+}
+
+TEST_F(PrefixCacheTest, NamespacesAndModelsDoNotShare) {
+  make({}, false);
+  const auto ids = tokens(5 * kBt, 2);
+  request("team-a", ids);
+  EXPECT_EQ(request("team-b", ids).cached_tokens, 0);
+  EXPECT_EQ(request("team-a", ids).cached_tokens, 4 * kBt);
+}
+
+TEST_F(PrefixCacheTest, AnotherModelReusesNothingFromDisk) {
+  PrefixCacheOptions o;
+  o.write_through_hits = 0;
+  make(o, true);
+  const auto ids = tokens(5 * kBt, 5);
+  request("t", ids);
+  cache_->writer()->drain();
+  model_ = sha256("another model");
+  make(o, true);
+  EXPECT_EQ(request("t", ids).cached_tokens, 0);
+  EXPECT_EQ(cache_->snapshot().rejectedTotal(), 0u);
+  model_ = sha256("model");
+  make(o, true);
+  EXPECT_EQ(request("t", ids).cached_tokens, 4 * kBt);
+}
+
+TEST_F(PrefixCacheTest, SharedNamespaceIsReadOnlyOnPurpose) {
+  make({}, false);
+  const auto system = tokens(4 * kBt, 3);
+  request("admin", concat(system, {1}));
+  auto published = cache_->publishToNamespace("admin", "shared", system);
+  ASSERT_TRUE(published.isOk());
+  EXPECT_EQ(*published, 4);
+  EXPECT_EQ(cache_->publishToNamespace("nobody", "shared", system).status().code(), StatusCode::kNotFound);
+  const auto prompt = concat(system, tokens(2 * kBt, 4));
+  // Without naming the shared namespace a team sees nothing...
+  EXPECT_EQ(request("team", prompt).cached_tokens, 0);
+  // ...with it, the shared prefix is reused, and the team's own continuation
+  // is published in its own namespace only.
+  AcquireOptions o;
+  o.shared_namespaces = {"shared"};
+  EXPECT_EQ(request("team-2", prompt, o).cached_tokens, 4 * kBt);
+  EXPECT_EQ(request("team-2", concat(prompt, {9})).cached_tokens, 6 * kBt);
+  EXPECT_EQ(request("team-3", concat(prompt, {9}), o).cached_tokens, 4 * kBt);
+}
+
+TEST_F(PrefixCacheTest, BudgetEvictsLeastRecentlyUsedUnpinnedBlocks) {
+  PrefixCacheOptions o;
+  o.tier0_budget_bytes = 6 * smallLayout(kBt).blockBytes();
+  make(o, false);
+  const auto a = tokens(4 * kBt + 1, 10);
+  const auto b = tokens(4 * kBt + 1, 11);
+  // A request holding a's blocks pins them.
+  PrefixLease held = cache_->acquire("t", a);
+  engine::SequenceBlocks seq(*backend_);
+  ASSERT_TRUE(seq.reserve(static_cast<int32_t>(a.size())).isOk());
+  const auto content = contentKeys(*backend_, a);
+  for (size_t i = 0; i < seq.blocks().size(); ++i) backend_->compute(seq.blocks()[i], content[i]);
+  seq.commit(static_cast<int32_t>(a.size()));
+  ASSERT_TRUE(held.publish(seq.blocks(), seq.length()).isOk());
+  request("t", b);  // 4 more blocks: over the budget of 6, but a's are pinned and b's in use
+  EXPECT_EQ(cache_->snapshot().tier0.blocks, 8u);
+  // The budget is enforced at the next lookup: b's deepest blocks go first.
+  request("t", tokens(kBt - 1, 13));
+  CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.tier0.blocks, 6u);
+  EXPECT_EQ(s.tier0_pinned_blocks, 4u);
+  EXPECT_EQ(s.tier0.evicted_blocks, 2u);
+  EXPECT_EQ(request("t", b).cached_tokens, 2 * kBt);
+  seq.reset();  // a is no longer pinned, and b was used more recently
+  request("t", tokens(4 * kBt + 1, 12));
+  EXPECT_EQ(request("t", a).cached_tokens, 0);
+}
+
+TEST_F(PrefixCacheTest, FullPoolReclaimsUnpinnedCachedBlocks) {
+  make({}, false, /*pool_blocks=*/8);
+  request("t", tokens(4 * kBt + 1, 20));  // 5 blocks used while running, 4 stay cached
+  EXPECT_EQ(backend_->blocks().numFree(), 4);
+  // A 6-block request needs 2 of the cached blocks back.
+  RequestResult r = request("t", tokens(6 * kBt, 21));
+  EXPECT_TRUE(r.served_right_blocks);
+  EXPECT_GE(cache_->snapshot().reclaimed_blocks, 2u);
+  // Pinned blocks are never reclaimed: with every block held, allocation fails.
+  PrefixLease lease = cache_->acquire("t", tokens(6 * kBt, 21));
+  engine::SequenceBlocks seq(*backend_);
+  seq.adopt(lease.takeBlocks(), lease.cachedTokens());
+  std::vector<engine::BlockId> extra;
+  EXPECT_EQ(backend_->blocks().allocate(backend_->blocks().numFree() + 6, extra).code(),
+            StatusCode::kResourceExhausted);
+}
+
+TEST_F(PrefixCacheTest, ConcurrentRequestWaitsForTheBlocksBeingComputed) {
+  make({}, false);
+  const auto ids = tokens(6 * kBt, 30);
+  PrefixLease first = cache_->acquire("t", ids);
+  EXPECT_EQ(first.claimedBlocks(), 6);
+  EXPECT_EQ(cache_->snapshot().in_flight_blocks, 6u);
+  RequestResult second;
+  std::thread waiter([&] { second = runRequest(*cache_, *backend_, "t", ids); });
+  std::this_thread::sleep_for(50ms);  // the waiter is parked on block 0
+  engine::SequenceBlocks seq(*backend_);
+  ASSERT_TRUE(seq.reserve(static_cast<int32_t>(ids.size())).isOk());
+  const auto content = contentKeys(*backend_, ids);
+  for (size_t i = 0; i < seq.blocks().size(); ++i) backend_->compute(seq.blocks()[i], content[i]);
+  seq.commit(static_cast<int32_t>(ids.size()));
+  ASSERT_TRUE(first.publish(seq.blocks(), seq.length()).isOk());
+  waiter.join();
+  EXPECT_TRUE(second.served_right_blocks);
+  EXPECT_EQ(second.cached_tokens, 5 * kBt);  // computed once, by the first request
+  const CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.in_flight_waits, 1u);
+  EXPECT_EQ(s.in_flight_blocks, 0u);
+  EXPECT_EQ(s.published_blocks, 6u);
+}
+
+TEST_F(PrefixCacheTest, AbandonedClaimsWakeWaitersAndTimeoutsEnd) {
+  make({}, false);
+  const auto ids = tokens(3 * kBt + 1, 31);
+  auto first = std::make_unique<PrefixLease>(cache_->acquire("t", ids));
+  RequestResult second;
+  std::thread waiter([&] { second = runRequest(*cache_, *backend_, "t", ids); });
+  std::this_thread::sleep_for(50ms);
+  first.reset();  // failed request: its claims are abandoned, the waiter computes
+  waiter.join();
+  EXPECT_EQ(second.cached_tokens, 0);
+  EXPECT_EQ(request("t", ids).cached_tokens, 3 * kBt);  // the waiter published them
+
+  const auto other = tokens(3 * kBt + 1, 32);
+  PrefixLease blocker = cache_->acquire("t", other);
+  AcquireOptions o;
+  o.in_flight_wait = 30ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(request("t", other, o).cached_tokens, 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
+  EXPECT_EQ(cache_->snapshot().in_flight_wait_timeouts, 1u);
+}
+
+TEST_F(PrefixCacheTest, EvictedBlocksAreWrittenBackAndRestored) {
+  make({}, true);
+  const auto ids = tokens(8 * kBt + 2, 40);
+  request("t", ids);
+  EXPECT_EQ(cache_->evictUnpinned(100), 8);
+  cache_->writer()->drain();
+  EXPECT_EQ(disk_->stats().blocks, 8u);
+  RequestResult r = request("t", ids);
+  EXPECT_EQ(r.cached_tokens, 8 * kBt);
+  EXPECT_EQ(r.tier0_blocks, 0);
+  EXPECT_EQ(r.disk_blocks, 8);
+  EXPECT_EQ(r.decision, RestoreChoice::kRestore);
+  const CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.restored_blocks, 8u);
+  EXPECT_EQ(s.disk.hit_tokens, uint64_t{8 * kBt});
+  EXPECT_GT(s.restore_bytes, 0u);
+  EXPECT_EQ(s.costs.restores, 1);
+  // Restored blocks are in tier 0 again.
+  EXPECT_EQ(request("t", ids).tier0_blocks, 8);
+}
+
+TEST_F(PrefixCacheTest, RestartKeepsWrittenThroughHotPrefixes) {
+  PrefixCacheOptions o;
+  o.write_through_hits = 2;
+  make(o, true);
+  const auto hot = tokens(3 * kBt + 1, 50), cold = tokens(3 * kBt + 1, 51);
+  request("t", hot);
+  request("t", cold);
+  request("t", hot);
+  request("t", hot);  // second reuse: written through
+  cache_->writer()->drain();
+  EXPECT_EQ(cache_->snapshot().write_through_blocks, 3u);
+  // "Restart": a new pool and cache over the same store, nothing evicted.
+  make(o, true);
+  EXPECT_EQ(request("t", hot).cached_tokens, 3 * kBt);
+  EXPECT_EQ(request("t", cold).cached_tokens, 0);
+}
+
+TEST_F(PrefixCacheTest, PolicyNeverRecomputesAndAutoFollowsCosts) {
+  PrefixCacheOptions o;
+  o.write_through_hits = 0;
+  make(o, true);
+  const auto ids = tokens(4 * kBt + 1, 60);
+  request("t", ids);
+  cache_->writer()->drain();
+  make(o, true);  // fresh tier 0
+  const RestorePolicy never = RestorePolicy::kNever;
+  AcquireOptions a;
+  a.restore_policy = &never;
+  RequestResult r = request("t", ids, a);
+  EXPECT_EQ(r.decision, RestoreChoice::kRecompute);
+  EXPECT_EQ(r.cached_tokens, 0);
+  EXPECT_EQ(cache_->snapshot().decisions_recompute, 1u);
+  // Auto: recomputing is made to look free, so the cost model recomputes...
+  make(o, true);
+  cache_->observePrefill(0, 1000, 1e-9, 1e-9);
+  EXPECT_EQ(request("t", ids).decision, RestoreChoice::kRecompute);
+  // ...and expensive, so it restores.
+  make(o, true);
+  cache_->observePrefill(0, 10, 10.0, 10.0);
+  r = request("t", ids);
+  EXPECT_EQ(r.decision, RestoreChoice::kRestore);
+  EXPECT_EQ(r.cached_tokens, 4 * kBt);
+}
+
+TEST_F(PrefixCacheTest, CorruptStoredBlocksAreRejectedCountedAndRecomputed) {
+  PrefixCacheOptions o;
+  o.write_through_hits = 0;
+  make(o, true);
+  const auto ids = tokens(6 * kBt + 1, 70);
+  request("t", ids);
+  cache_->writer()->drain();
+  const auto keys = chainBlockKeys("t", model_, ids, kBt);
+  // Flip one payload byte of block 3 and one token id of block 5, in RocksDB.
+  auto values = disk_->multiGet(keys);
+  ASSERT_TRUE(values[3] && values[5]);
+  std::string bad3 = *values[3], bad5 = *values[5];
+  bad3[bad3.size() - 7] ^= 0x01;
+  bad5[128] ^= 0x01;  // the first token id follows the 128-byte header
+  std::vector<std::pair<Digest, std::string>> batch = {{keys[3], bad3}, {keys[5], bad5}};
+  ASSERT_TRUE(disk_->putBatch(batch).isOk());
+  make(o, true);
+  RequestResult r = request("t", ids);  // served_right_blocks is checked by request()
+  EXPECT_EQ(r.cached_tokens, 3 * kBt);  // blocks 0..2; block 3 rejected, the rest recomputed
+  CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.rejected_blocks[static_cast<size_t>(RejectReason::kChecksum)], 1u);
+  // Block 5 is reached once block 3 is good again (re-published and written through).
+  cache_->writer()->drain();
+  make(o, true);
+  r = request("t", ids);
+  EXPECT_EQ(r.cached_tokens, 6 * kBt);  // block 5 was recomputed and rewritten on the way
+  EXPECT_EQ(cache_->snapshot().rejectedTotal(), 0u);
+}
+
+TEST_F(PrefixCacheTest, FullWriteBackQueueDropsAndCountsWithoutBlocking) {
+  PrefixCacheOptions o;
+  o.write_back_queue_blocks = 2;
+  make(o, true);
+  cache_->writer()->setPaused(true);
+  request("t", tokens(6 * kBt + 1, 80));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(cache_->evictUnpinned(100), 6);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.write_back_queue_depth, 2u);
+  EXPECT_EQ(s.write_back_dropped_blocks, 4u);
+  cache_->writer()->setPaused(false);
+  cache_->writer()->drain();
+  s = cache_->snapshot();
+  EXPECT_EQ(s.write_back_written_blocks, 2u);
+  EXPECT_EQ(s.write_back_queue_depth, 0u);
+}
+
+TEST_F(PrefixCacheTest, PersistAllWritesEverythingAndSavesTheCostModel) {
+  make({}, true);
+  request("t", tokens(5 * kBt + 3, 90));
+  cache_->observePrefill(0, 100, 0.5, 0.25);
+  ASSERT_TRUE(cache_->persistAll().isOk());
+  EXPECT_EQ(disk_->stats().blocks, 5u);
+  make({}, true);  // a new cache reads the saved figures
+  EXPECT_EQ(cache_->costModel().estimates().prefills, 1);
+  EXPECT_NEAR(cache_->costModel().estimates().per_token, 0.005, 1e-12);
+}
+
+TEST_F(PrefixCacheTest, PublishValidatesItsInput) {
+  make({}, false);
+  const auto ids = tokens(3 * kBt, 95);
+  PrefixLease lease = cache_->acquire("t", ids);
+  std::vector<engine::BlockId> two = {0, 1};
+  EXPECT_EQ(lease.publish(two, 3 * kBt).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(lease.publish(two, -1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(lease.publish(two, 2 * kBt).code(), StatusCode::kInvalidArgument);  // blocks 0, 1 are not allocated
+  PrefixLease empty;
+  EXPECT_FALSE(empty.publish(two, 0).isOk());
+}
+
+}  // namespace
+}  // namespace lg::cache::testing
