@@ -53,7 +53,7 @@ struct DiskTierStats {
 
 // Result buffers of DiskTier::multiGet that a caller keeps across calls: each
 // string's capacity is reused, so a restore allocates (and faults in) nothing
-// after its first chunk. On this project's VMs a page fault costs ~10 us, so
+// after its first chunk. On this project's VMs a page fault costs ~12 us, so
 // fresh buffers for 90 MB of blocks cost more than reading them.
 struct ReadBuffers {
   std::vector<std::string> values;  // values[i]: key i's stored bytes, valid when found[i]

@@ -26,8 +26,8 @@
 // write-back thread (dropped and counted when its queue is full; never
 // blocking). A block reused write_through_hits times is written through, so a
 // restart keeps hot prefixes. On a tier-0 miss the consecutive blocks present
-// on disk are restored (RocksDB MultiGet in chunks, the next chunk read while
-// the current one is verified and imported) when the cost model says that
+// on disk are restored (RocksDB MultiGet in chunks, read, verified and
+// imported by up to one worker per core) when the cost model says that
 // beats recomputing them. A stored block whose header, tokens or checksum do
 // not match is deleted, counted by reason and recomputed, never served.
 //
@@ -200,10 +200,10 @@ class PrefixCache final : public CacheMetricsSource {
     engine::BlockId block = -1;
     bool write_back = false;
   };
-  // Buffers one restore reads and decodes into, reused by later restores so
-  // that a restore allocates nothing (disk_tier.h, ReadBuffers).
+  // Buffers one restore worker reads and decodes into, reused by later
+  // restores so that a restore allocates nothing (disk_tier.h, ReadBuffers).
   struct RestoreScratch {
-    ReadBuffers reads[2];       // double-buffered MultiGet chunks
+    ReadBuffers reads;          // one MultiGet chunk
     std::vector<float> f32;     // one decoded block
     std::vector<uint8_t> pool;  // one block in the pool's dtype when that is not F32
   };

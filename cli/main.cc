@@ -5,8 +5,10 @@
 
 #include "cli/commands.h"
 #include "cli/global_flags.h"
+#include "common/malloc_tuning.h"
 
 int main(int argc, char** argv) {
+  lg::keepFreedMemoryForReuse();
   CLI::App app{"LatentGate: an OpenAI-compatible prompt-caching gateway for DeepSeek MLA models"};
   app.set_version_flag("--version", "latentgate 0.1.0");
   app.require_subcommand(1);
