@@ -188,10 +188,7 @@ void DiskTier::multiGet(std::span<const Digest> keys, ReadBuffers& out) {
   for (size_t i = 0; i < n; ++i) values.emplace_back(&out.values[i]);
   std::vector<rocksdb::Status> statuses(n);
   rocksdb::ReadOptions ro;
-  // RocksDB verifies each blob record's CRC32c (in software in Debian's
-  // portable build: about half of a restore's time, docs/benchmarks.md).
-  // Turning it off is not a saving: RocksDB 7.8 then takes a slower read path.
-  ro.verify_checksums = true;
+  ro.verify_checksums = options_.verify_store_checksums;  // see DiskTierOptions
   ro.fill_cache = false;  // blocks are promoted to tier 0; do not double-cache them
   db_->MultiGet(ro, blocks_cf_, n, slices.data(), values.data(), statuses.data());
   for (size_t i = 0; i < n; ++i) {

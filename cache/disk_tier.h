@@ -41,6 +41,14 @@ struct DiskTierOptions {
   std::string path;                      // the RocksDB directory, e.g. data/kv
   uint64_t max_bytes = uint64_t{64} << 30;
   std::chrono::seconds ttl{std::chrono::hours(24 * 7)};  // 0: never expire
+  // Whether block reads also verify RocksDB's own checksums (SST data blocks,
+  // each blob record's CRC32c). Off by default: every value served is checked
+  // end to end by the block codec (identity, token ids, XXH3-128 over every
+  // byte), which catches everything those checksums would, and Debian's
+  // RocksDB computes CRC32c in software, which made restores ~3x slower
+  // (docs/cache.md). RocksDB still verifies table metadata at open and
+  // checksums during compaction.
+  bool verify_store_checksums = false;
 };
 
 struct DiskTierStats {

@@ -24,9 +24,10 @@ constexpr uint64_t kRestoreChunkBytes = uint64_t{4} << 20;
 // Threads one restore reads and verifies with: one per core, at most this.
 // More threads overlap more cold reads, but each needs its own buffers, which
 // a fresh process must fault in first. Measured on 2 cores, 90 MB, the first
-// restore in a new process (warm / cold page cache): 1 worker 560 / 370 MB/s,
-// 2: 790 / 580, 4: 520 / 480, 8: 330 / 310; later restores: 2 workers ~1,400
-// warm, ~810 cold, 8 workers ~1,070 cold.
+// restore in a new process (warm / cold page cache), with RocksDB's read
+// checksums on: 1 worker 560 / 370 MB/s, 2: 790 / 580, 4: 520 / 480, 8: 330 /
+// 310; with them off (the default): 1: 690 / 460, 2: 880 / 550, 4: 580 /
+// 470, 8: 310 / 290.
 constexpr size_t kMaxRestoreWorkers = 4;
 // Restore scratch buffers kept for reuse (one per restore worker).
 constexpr size_t kSpareScratch = 8;

@@ -71,6 +71,7 @@ Result<ForwardCache> openCache(const Config& config, const ForwardArgs& args, en
   disk_options.path = args.cache_dir;
   disk_options.max_bytes = static_cast<uint64_t>(config.cache.disk_max_bytes);
   disk_options.ttl = std::chrono::seconds(config.cache.disk_ttl_seconds);
+  disk_options.verify_store_checksums = config.cache.disk_verify_checksums;
   LG_ASSIGN_OR_RETURN(c.disk, cache::DiskTier::open(disk_options));
   cache::PrefixCacheOptions options;
   options.tier0_budget_bytes = static_cast<uint64_t>(config.cache.tier0_budget_bytes);

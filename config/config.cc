@@ -17,7 +17,7 @@ namespace lg {
 namespace {
 
 using json = nlohmann::json;
-using FieldRef = std::variant<std::string*, int*, int64_t*, LogFormat*>;
+using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*>;
 
 struct Field {
   std::string_view path;
@@ -45,6 +45,7 @@ const std::array kFields = {
     LG_FIELD("cache.disk_path", cache.disk_path),
     LG_FIELD("cache.disk_max_bytes", cache.disk_max_bytes),
     LG_FIELD("cache.disk_ttl_seconds", cache.disk_ttl_seconds),
+    LG_FIELD("cache.disk_verify_checksums", cache.disk_verify_checksums),
     LG_FIELD("cache.stored_dtype", cache.stored_dtype),
     LG_FIELD("cache.write_through_hits", cache.write_through_hits),
     LG_FIELD("cache.write_back_queue_blocks", cache.write_back_queue_blocks),
@@ -114,6 +115,12 @@ Status parseInt64(const std::string& path, const std::string& text, int64_t& out
   return Status::ok();
 }
 
+Status parseBool(const std::string& path, const std::string& text, bool& out) {
+  if (text == "true" || text == "1") { out = true; return Status::ok(); }
+  if (text == "false" || text == "0") { out = false; return Status::ok(); }
+  return invalidArgument(path + ": expected true or false, got " + quoteValue(text));
+}
+
 Status parseLogFormat(const std::string& path, const std::string& text, LogFormat& out) {
   if (text == "text") { out = LogFormat::kText; return Status::ok(); }
   if (text == "json") { out = LogFormat::kJson; return Status::ok(); }
@@ -126,6 +133,7 @@ Status setFromString(const Field& field, const std::string& value, Config& confi
   if (auto* s = std::get_if<std::string*>(&ref)) { **s = value; return Status::ok(); }
   if (auto* i = std::get_if<int*>(&ref)) return parseInt(path, value, **i);
   if (auto* l = std::get_if<int64_t*>(&ref)) return parseInt64(path, value, **l);
+  if (auto* b = std::get_if<bool*>(&ref)) return parseBool(path, value, **b);
   return parseLogFormat(path, value, **std::get_if<LogFormat*>(&ref));
 }
 
@@ -151,6 +159,11 @@ Status setFromJson(const Field& field, const json& value, Config& config) {
     }
     if (!value.is_string()) return invalidArgument(path + ": expected an integer or a size string, got " + value.dump());
     return parseInt64(path, value.get<std::string>(), **l);
+  }
+  if (auto* b = std::get_if<bool*>(&ref)) {
+    if (!value.is_boolean()) return invalidArgument(path + ": expected true or false, got " + value.dump());
+    **b = value.get<bool>();
+    return Status::ok();
   }
   if (!value.is_string()) return invalidArgument(path + ": expected a string, got " + value.dump());
   return setFromString(field, value.get<std::string>(), config);
@@ -309,6 +322,7 @@ std::string configToJson(const Config& config) {
     if (auto* s = std::get_if<std::string*>(&ref)) leaf = **s;
     else if (auto* i = std::get_if<int*>(&ref)) leaf = **i;
     else if (auto* l = std::get_if<int64_t*>(&ref)) leaf = **l;
+    else if (auto* b = std::get_if<bool*>(&ref)) leaf = **b;
     else leaf = (**std::get_if<LogFormat*>(&ref) == LogFormat::kJson) ? "json" : "text";
   }
   return out.dump(2);

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -58,9 +59,13 @@ uint64_t faultSignals(const CacheStats& s) {
   return s.disk_read_errors + s.rejectedTotal() + (s.disk_recovered_from_corruption ? 1 : 0);
 }
 
-class CacheFaultTest : public ::testing::Test {
+// Parameter: whether RocksDB's own checksums are verified on reads too
+// (DiskTierOptions::verify_store_checksums). Either way nothing corrupt is
+// served: without them the block codec's checks must catch everything.
+class CacheFaultTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
+    options_.verify_store_checksums = GetParam();
     golden_ = loadGolden(kFixture);
     n_ = static_cast<int64_t>(golden_.ids.size());
     auto backend = engine::testing::makeBackend(kFixture, engine::LatentDType::kF32, kBt, 2);
@@ -70,13 +75,13 @@ class CacheFaultTest : public ::testing::Test {
     ASSERT_TRUE(l.isOk());
     uncached_ = std::move(l).value();
     store_ = dir_.path() + "/kv";
-    GoldenRun first = runWithCache(kFixture, store_, golden_.ids);
+    GoldenRun first = runWithCache(kFixture, store_, golden_.ids, options_);
     ASSERT_TRUE(first.ok);
     ASSERT_EQ(first.stats.write_back_written_blocks, static_cast<uint64_t>(n_ / kBt));
   }
   // Runs the golden ids over a store and checks every computed row.
   GoldenRun check(const std::string& store) {
-    GoldenRun r = runWithCache(kFixture, store, golden_.ids);
+    GoldenRun r = runWithCache(kFixture, store, golden_.ids, options_);
     EXPECT_TRUE(r.ok);
     EXPECT_LE(maxDiff(r.logits, uncached_, golden_.vocab, r.cached, n_), 1e-5);
     EXPECT_LE(maxDiff(r.logits, golden_.logits, golden_.vocab, r.cached, n_), 1e-3);
@@ -89,6 +94,7 @@ class CacheFaultTest : public ::testing::Test {
   }
 
   ScopedTempDir dir_;
+  GoldenRunOptions options_;
   Golden golden_;
   int64_t n_ = 0;
   engine::LatentLayout layout_;
@@ -96,13 +102,13 @@ class CacheFaultTest : public ::testing::Test {
   std::string store_;
 };
 
-TEST_F(CacheFaultTest, IntactStoreIsReusedWhole) {
+TEST_P(CacheFaultTest, IntactStoreIsReusedWhole) {
   GoldenRun r = check(copyStore("intact"));
   EXPECT_EQ(r.cached, (n_ - 1) / kBt * kBt);
   EXPECT_EQ(faultSignals(r.stats), 0u);
 }
 
-TEST_F(CacheFaultTest, FlippedBytesInStoredValuesAreRejected) {
+TEST_P(CacheFaultTest, FlippedBytesInStoredValuesAreRejected) {
   const std::string store = copyStore("values");
   auto fp = fingerprintModel(engine::testing::fixtureDir(kFixture));
   ASSERT_TRUE(fp.isOk());
@@ -128,7 +134,7 @@ TEST_F(CacheFaultTest, FlippedBytesInStoredValuesAreRejected) {
   std::printf("values: cached %d, rejected %llu\n", r.cached, static_cast<unsigned long long>(r.stats.rejectedTotal()));
 }
 
-TEST_F(CacheFaultTest, FlippedBytesInBlobFilesAreCaught) {
+TEST_P(CacheFaultTest, FlippedBytesInBlobFilesAreCaught) {
   const std::string store = copyStore("blob");
   ASSERT_GT(flipFiles(store, ".blob", 8), 0);
   GoldenRun r = check(store);
@@ -143,7 +149,7 @@ TEST_F(CacheFaultTest, FlippedBytesInBlobFilesAreCaught) {
   EXPECT_EQ(again.cached, (n_ - 1) / kBt * kBt);
 }
 
-TEST_F(CacheFaultTest, FlippedBytesInSstFilesAreCaught) {
+TEST_P(CacheFaultTest, FlippedBytesInSstFilesAreCaught) {
   const std::string store = copyStore("sst");
   ASSERT_GT(flipFiles(store, ".sst", 8), 0);
   GoldenRun r = check(store);
@@ -152,6 +158,42 @@ TEST_F(CacheFaultTest, FlippedBytesInSstFilesAreCaught) {
               static_cast<unsigned long long>(r.stats.disk_read_errors),
               static_cast<unsigned long long>(r.stats.rejectedTotal()), r.stats.disk_recovered_from_corruption);
 }
+
+// Bytes flipped only in the data blocks at the start of each SST (keys and
+// blob references), which RocksDB does not check at open: without its read
+// checksums it parses them as they are, and whatever it makes of them (a
+// Corruption, a missing key, a reference to the wrong bytes) must end in a
+// miss or a rejected block, never in wrong latents or a crash.
+TEST_P(CacheFaultTest, FlippedBytesInSstDataBlocksNeverServeWrongLatents) {
+  const std::string store = copyStore("sst-data");
+  // The block column family's tables: their properties name the family
+  // ("...name" then "blocks" in the property block). Their first data block
+  // starts at offset 0 and holds the first keys and blob references.
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(store)) {
+    if (entry.path().extension() != ".sst") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (bytes.find("nameblocks") == std::string::npos || bytes.size() < 64) continue;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    for (std::streamoff off : {10, 30, 50}) {
+      f.seekp(off);
+      f.put(static_cast<char>(bytes[static_cast<size_t>(off)] ^ 0x5a));
+    }
+    ++files;
+  }
+  ASSERT_GT(files, 0);
+  GoldenRun r = check(store);
+  EXPECT_GT(faultSignals(r.stats), 0u);
+  std::printf("sst data blocks: cached %d, read errors %llu, rejected %llu, set aside %d\n", r.cached,
+              static_cast<unsigned long long>(r.stats.disk_read_errors),
+              static_cast<unsigned long long>(r.stats.rejectedTotal()), r.stats.disk_recovered_from_corruption);
+}
+
+INSTANTIATE_TEST_SUITE_P(StoreChecksums, CacheFaultTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("RocksDbVerifies") : std::string("CodecOnly");
+                         });
 
 // --- SIGKILL during heavy write-back -----------------------------------------
 

@@ -24,6 +24,7 @@ struct GoldenRunOptions {
   std::string ns = "team";
   bool persist = true;
   int32_t chunk = 0;
+  bool verify_store_checksums = false;  // DiskTierOptions
 };
 
 struct GoldenRun {
@@ -43,6 +44,7 @@ inline GoldenRun runWithCache(const std::string& fixture, const std::string& dir
   if (!fp.isOk()) return run;
   DiskTierOptions disk_options;
   disk_options.path = dir;
+  disk_options.verify_store_checksums = o.verify_store_checksums;
   auto disk = DiskTier::open(disk_options);
   EXPECT_TRUE(disk.isOk()) << disk.status().toString();
   if (!disk.isOk()) return run;

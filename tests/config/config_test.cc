@@ -88,13 +88,16 @@ TEST(ConfigTest, ErrorsNameFieldAndValue) {
 TEST(ConfigTest, CacheSizesTakeBinarySuffixesAndBadValuesAreRejected) {
   Config c;
   ASSERT_TRUE(applyConfigText(R"({"cache": {"tier0_budget_bytes": "512MiB", "disk_max_bytes": 8589934592,
-                                            "stored_dtype": "bf16", "restore_policy": "never"}})",
+                                            "stored_dtype": "bf16", "restore_policy": "never",
+                                            "disk_verify_checksums": true}})",
                               "f.json", c)
                   .isOk());
   EXPECT_EQ(c.cache.tier0_budget_bytes, int64_t{512} << 20);
   EXPECT_EQ(c.cache.disk_max_bytes, int64_t{8} << 30);
   EXPECT_EQ(c.cache.stored_dtype, "bf16");
   EXPECT_EQ(c.cache.restore_policy, "never");
+  EXPECT_TRUE(c.cache.disk_verify_checksums);
+  EXPECT_FALSE(applyConfigText(R"({"cache": {"disk_verify_checksums": "yes"}})", "f.json", c).isOk());
   ConfigSources sources;
   sources.environment = {{"LATENTGATE_CACHE_DISK_MAX_BYTES", "2GiB"}};
   auto loaded = loadConfig(sources);
@@ -108,7 +111,8 @@ TEST(ConfigTest, CacheSizesTakeBinarySuffixesAndBadValuesAreRejected) {
            {"LATENTGATE_CACHE_TIER0_BUDGET_BYTES", "-1"},
            {"LATENTGATE_CACHE_STORED_DTYPE", "fp4"},
            {"LATENTGATE_CACHE_RESTORE_POLICY", "sometimes"},
-           {"LATENTGATE_CACHE_WRITE_BACK_QUEUE_BLOCKS", "0"}}) {
+           {"LATENTGATE_CACHE_WRITE_BACK_QUEUE_BLOCKS", "0"},
+           {"LATENTGATE_CACHE_DISK_VERIFY_CHECKSUMS", "yes"}}) {
     sources.environment = {{name, value}};
     auto bad = loadConfig(sources);
     ASSERT_FALSE(bad.isOk()) << name << "=" << value;
@@ -121,11 +125,13 @@ TEST(ConfigTest, EffectiveConfigRoundTrips) {
   c.engine.threads = 9;
   c.log.format = LogFormat::kJson;
   c.cache.disk_max_bytes = int64_t{3} << 40;
+  c.cache.disk_verify_checksums = true;
   Config back;
   ASSERT_TRUE(applyConfigText(configToJson(c), "dump", back).isOk());
   EXPECT_EQ(back.engine.threads, 9);
   EXPECT_EQ(back.log.format, LogFormat::kJson);
   EXPECT_EQ(back.cache.disk_max_bytes, int64_t{3} << 40);
+  EXPECT_TRUE(back.cache.disk_verify_checksums);
 }
 
 }  // namespace
