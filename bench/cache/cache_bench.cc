@@ -252,10 +252,11 @@ struct Stack {
 };
 
 Stack openStack(engine::Backend& backend, const Digest& identity, const std::string& store,
-                PrefixCacheOptions options) {
+                PrefixCacheOptions options, bool verify_store_checksums = false) {
   Stack s;
   DiskTierOptions d;
   d.path = store;
+  d.verify_store_checksums = verify_store_checksums;
   s.disk = orDie(DiskTier::open(d));
   s.cache = orDie(PrefixCache::create(backend, s.disk.get(), identity, options));
   return s;
@@ -368,38 +369,44 @@ void ttftBench(const Args& args, StoredDType stored) {
   if (Status s = stack.cache->persistAll(true); !s.isOk()) die(s.toString());
   closeStack(stack);
 
-  // Three kinds of restart, each run with a fresh suffix:
+  // Kinds of restart, each run with a fresh suffix:
   //   reopen: a new DiskTier + PrefixCache (empty tier 0) in this process,
   //           whose allocator already holds memory from earlier restores;
+  //           also with RocksDB's read checksums on (alternating runs), to
+  //           measure what they cost;
   //   process, warm: a new process (model loaded, then the first request),
   //           the store's files in the page cache;
   //   process, cold: the same after dropping the store's pages.
-  enum Kind { kReopen, kProcessWarm, kProcessCold };
-  const char* kind_names[] = {"reopened cache, same process", "new process, warm page cache",
-                              "new process, store pages dropped"};
-  std::vector<double> ttft[3], bandwidth[3];
-  for (int kind : {kReopen, kProcessWarm, kProcessCold}) {
-    for (int r = 0; r < args.repeats; ++r) {
-      const int seed = 40 + 10 * kind + r;
-      Request q;
-      if (kind == kReopen) {
-        stack = openStack(backend, t.identity, args.store, t.options);
-        q = serve(backend, *stack.cache, "team", prompt(static_cast<uint32_t>(seed)));
-        closeStack(stack);
-      } else {
-        if (kind == kProcessCold) dropTreePages(args.store);
-        q = spawnChild(args, seed);
-      }
-      if (q.choice != RestoreChoice::kRestore || q.disk_blocks * 64 != q.cached || q.cached == 0) {
-        die("expected a restore from the disk tier, got " + std::string(restoreChoiceName(q.choice)));
-      }
-      restore_bytes = q.restore_bytes;
-      ttft[kind].push_back(q.ttft);
-      bandwidth[kind].push_back(static_cast<double>(q.restore_bytes) / q.restore_seconds);
-      std::printf("%s #%d: TTFT %.4f s (restore %.4f s, %.1f MB, %.0f MB/s; prefill %.4f s)\n", kind_names[kind], r,
-                  q.ttft, q.restore_seconds, q.restore_bytes / 1e6, q.restore_bytes / q.restore_seconds / 1e6,
-                  q.prefill);
+  enum Kind { kReopen, kReopenVerified, kProcessWarm, kProcessCold, kKinds };
+  const char* kind_names[kKinds] = {"reopened cache, same process", "reopened cache, RocksDB read checksums on",
+                                    "new process, warm page cache", "new process, store pages dropped"};
+  std::vector<double> ttft[kKinds], bandwidth[kKinds];
+  auto run = [&](int kind, int r) {
+    const int seed = 40 + 10 * kind + r;
+    Request q;
+    if (kind == kReopen || kind == kReopenVerified) {
+      stack = openStack(backend, t.identity, args.store, t.options, kind == kReopenVerified);
+      q = serve(backend, *stack.cache, "team", prompt(static_cast<uint32_t>(seed)));
+      closeStack(stack);
+    } else {
+      if (kind == kProcessCold) dropTreePages(args.store);
+      q = spawnChild(args, seed);
     }
+    if (q.choice != RestoreChoice::kRestore || q.disk_blocks * 64 != q.cached || q.cached == 0) {
+      die("expected a restore from the disk tier, got " + std::string(restoreChoiceName(q.choice)));
+    }
+    restore_bytes = q.restore_bytes;
+    ttft[kind].push_back(q.ttft);
+    bandwidth[kind].push_back(static_cast<double>(q.restore_bytes) / q.restore_seconds);
+    std::printf("%s #%d: TTFT %.4f s (restore %.4f s, %.1f MB, %.0f MB/s; prefill %.4f s)\n", kind_names[kind], r,
+                q.ttft, q.restore_seconds, q.restore_bytes / 1e6, q.restore_bytes / q.restore_seconds / 1e6, q.prefill);
+  };
+  for (int r = 0; r < args.repeats; ++r) {
+    run(kReopen, r);
+    run(kReopenVerified, r);
+  }
+  for (int kind : {kProcessWarm, kProcessCold}) {
+    for (int r = 0; r < args.repeats; ++r) run(kind, r);
   }
 
   // The physical reference: a file of the restored size, same filesystem,
@@ -419,7 +426,7 @@ void ttftBench(const Args& args, StoredDType stored) {
   std::printf("| uncached (%d tokens computed) | %.3f s | 1.0x |\n", args.prompt, u);
   std::printf("| tier 0 (%d cached, %d computed) | %.4f s | %.1fx |\n", cached_tokens, args.prompt - cached_tokens, t0,
               u / t0);
-  for (int kind : {kReopen, kProcessWarm, kProcessCold}) {
+  for (int kind = 0; kind < kKinds; ++kind) {
     const double d = median(ttft[kind]);
     std::printf("| disk tier, %s | %.4f s | %.1fx |\n", kind_names[kind], d, u / d);
   }
@@ -427,7 +434,7 @@ void ttftBench(const Args& args, StoredDType stored) {
   std::printf("\n| restore of %.1f MB (%s) | restore bandwidth (median) | sequential read, same size | ratio |\n"
               "|---|---:|---:|---:|\n",
               restore_bytes / 1e6, std::string(storedDTypeName(stored)).c_str());
-  for (int kind : {kReopen, kProcessWarm, kProcessCold}) {
+  for (int kind = 0; kind < kKinds; ++kind) {
     const double b = median(bandwidth[kind]);
     const double reference = kind == kProcessCold ? sc : sw;
     std::printf("| %s | %.0f MB/s | %.0f MB/s (%s) | %.0f%% |\n", kind_names[kind], b / 1e6, reference / 1e6,
