@@ -4,8 +4,8 @@
 // RocksDB with its integrated BlobDB so the large values live in blob files and
 // the LSM holds only small references. Durability is relaxed on purpose: the WAL
 // is written but not synced, so a crash may lose the newest blocks (they are
-// recomputed) but never yields a torn one: RocksDB's own checksums and the
-// block's header and checksum reject anything damaged.
+// recomputed) but never yields a torn one that is served: the block's header
+// and checksum (and RocksDB's WAL and metadata checks) reject anything damaged.
 //
 // Capacity: a byte cap and an expiry, least recently used first. Access times
 // live in memory (rebuilt from a small "access" column family at open) and are
