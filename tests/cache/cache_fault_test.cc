@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <iterator>
 
 #include <gtest/gtest.h>
@@ -202,8 +203,15 @@ std::vector<int32_t> crashIds(const Golden& g, int i) {
   return concat(std::move(ids), tokens(12 * kBt + 3, i));
 }
 
+// The child holds its writer back for the last sequences before this one, so
+// a backlog builds up, releases it and kills itself with SIGKILL while the
+// writer is working through it.
+constexpr int kKillAfter = 30;
+constexpr int kBacklogSequences = 5;
+
 // The child: writes sequences through a small tier 0 (every block written
-// through on publish and more written back on eviction) until killed.
+// through on publish and more written back on eviction), then dies by SIGKILL
+// in the middle of writing back.
 TEST(CacheCrashTest, ChildWritesUntilKilled) {
   const char* dir = std::getenv("LG_CACHE_CRASH_CHILD_DIR");
   if (dir == nullptr) GTEST_SKIP() << "helper process of KillDuringWriteBackThenRestart";
@@ -232,6 +240,21 @@ TEST(CacheCrashTest, ChildWritesUntilKilled) {
     ASSERT_TRUE(engine::runForwardFrom(*backend, seq, ids, {}).isOk());
     ASSERT_TRUE(lease.publish(seq.blocks(), seq.length()).isOk());
     std::printf("done %d\n", i);
+    WriteBack& writer = *(*cache)->writer();
+    if (i == kKillAfter - kBacklogSequences) writer.setPaused(true);
+    if (i == kKillAfter) {
+      const uint64_t before = writer.stats().written_blocks;
+      writer.setPaused(false);
+      while (writer.stats().written_blocks == before) std::this_thread::yield();  // writing has resumed
+    }
+    const WriteBackStats w = writer.stats();
+    const uint64_t pending = w.queued_blocks - w.written_blocks - w.write_errors;
+    if (i >= kKillAfter && pending > 0) {
+      std::printf("killing with %llu blocks not yet written (%llu written)\n",
+                  static_cast<unsigned long long>(pending), static_cast<unsigned long long>(w.written_blocks));
+      std::fflush(stdout);
+      ::raise(SIGKILL);
+    }
     std::fflush(stdout);
   }
 }
@@ -258,28 +281,31 @@ TEST(CacheCrashTest, KillDuringWriteBackThenRestart) {
   posix_spawn_file_actions_destroy(&actions);
   close(out[1]);
 
-  // Kill it in the middle of its work, right after a publish queued blocks.
-  constexpr int kKillAfter = 30;
+  // The child kills itself while its write-back holds unwritten blocks; read
+  // its progress until then (and kill it ourselves if it never gets there).
   int last_done = -1;
+  long long pending_at_kill = -1;
   std::string buffer;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (last_done < kKillAfter && std::chrono::steady_clock::now() < deadline) {
+  while (std::chrono::steady_clock::now() < deadline) {
     pollfd p{out[0], POLLIN, 0};
     if (poll(&p, 1, 1000) <= 0) continue;
     char buf[4096];
     const ssize_t got = read(out[0], buf, sizeof buf);
-    if (got <= 0) break;
+    if (got <= 0) break;  // the child is gone
     buffer.append(buf, static_cast<size_t>(got));
     for (size_t nl; (nl = buffer.find('\n')) != std::string::npos; buffer.erase(0, nl + 1)) {
       if (buffer.rfind("done ", 0) == 0) last_done = std::atoi(buffer.c_str() + 5);
+      if (buffer.rfind("killing with ", 0) == 0) pending_at_kill = std::atoll(buffer.c_str() + 13);
     }
   }
-  kill(pid, SIGKILL);
+  kill(pid, SIGKILL);  // no-op when it is already dead
   int status = 0;
   waitpid(pid, &status, 0);
   close(out[0]);
   ASSERT_GE(last_done, kKillAfter) << "the child did not make progress";
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_GT(pending_at_kill, 0) << "the child was not killed in the middle of writing back";
 
   // The store opens as it is (not set aside) and holds blocks.
   {
@@ -289,8 +315,8 @@ TEST(CacheCrashTest, KillDuringWriteBackThenRestart) {
     ASSERT_TRUE(disk.isOk()) << disk.status().toString();
     EXPECT_FALSE((*disk)->stats().recovered_from_corruption);
     EXPECT_GT((*disk)->stats().blocks, 0u);
-    std::printf("after SIGKILL at sequence %d: %llu blocks in the store\n", last_done,
-                static_cast<unsigned long long>((*disk)->stats().blocks));
+    std::printf("after SIGKILL at sequence %d with %lld blocks not yet written: %llu blocks in the store\n",
+                last_done, pending_at_kill, static_cast<unsigned long long>((*disk)->stats().blocks));
   }
   // Every sequence the child finished: what survived is reused, nothing
   // corrupt is served (logits equal an uncached run), nothing is rejected.
