@@ -157,7 +157,6 @@ void BpeModel::mergeLarge(std::vector<int32_t>& symbols) const {
   // -1. A symbol's successor is at index + its byte length, its predecessor the
   // nearest live slot to the left (at most one token length away).
   const size_t n = symbols.size();
-  auto length = [&](int32_t id) { return static_cast<size_t>(token_length_[static_cast<size_t>(id)]); };
   // Heap entries (rank << 32 | index): popping the minimum gives the lowest
   // rank, then the leftmost index, the library's order. Entries go stale when
   // a neighbour changes; a popped entry is used only if the pair at its index
@@ -181,26 +180,12 @@ void BpeModel::mergeLarge(std::vector<int32_t>& symbols) const {
     const uint32_t rank = static_cast<uint32_t>(top >> 32);
     const size_t i = static_cast<size_t>(top & 0xffffffff);
     if (symbols[i] < 0) continue;
-    const size_t j = i + length(symbols[i]);
+    const size_t j = i + slotLength(symbols[i]);
     if (j >= n) continue;
     if (merges_.find(symbols[i], symbols[j], &merged) != rank) continue;
-    symbols[i] = merged;
-    symbols[j] = -1;
-    if (i > 0) {
-      size_t p = i - 1;
-      while (symbols[p] < 0) --p;
-      const uint32_t r = merges_.find(symbols[p], symbols[i], &merged);
-      if (r != MergeTable::kNoRank) push(r, p);
-    }
-    const size_t k = i + length(symbols[i]);
-    if (k < n) {
-      const uint32_t r = merges_.find(symbols[i], symbols[k], &merged);
-      if (r != MergeTable::kNoRank) push(r, i);
-    }
+    mergeSlots(symbols, i, j, merged, push);
   }
-  size_t w = 0;
-  for (size_t i = 0; i < n; i += length(symbols[i])) symbols[w++] = symbols[i];
-  symbols.resize(w);
+  compactSlots(symbols);
 }
 
 void BpeModel::mergeHuge(std::vector<int32_t>& symbols) const {
@@ -209,7 +194,6 @@ void BpeModel::mergeHuge(std::vector<int32_t>& symbols) const {
   // creates pairs of higher ranks), and within a rank by position, leftmost
   // first, which is the library's order.
   const size_t n = symbols.size();
-  auto length = [&](int32_t id) { return static_cast<size_t>(token_length_[static_cast<size_t>(id)]); };
   std::vector<std::vector<uint32_t>> buckets(rank_count_);
   std::vector<uint64_t> pending((rank_count_ + 63) / 64, 0);  // non-empty buckets
   auto push = [&](uint32_t rank, size_t index) {
@@ -235,26 +219,36 @@ void BpeModel::mergeHuge(std::vector<int32_t>& symbols) const {
     for (const uint32_t index : level) {
       const size_t i = index;
       if (symbols[i] < 0) continue;
-      const size_t j = i + length(symbols[i]);
+      const size_t j = i + slotLength(symbols[i]);
       if (j >= n || merges_.find(symbols[i], symbols[j], &merged) != rank) continue;  // stale
-      symbols[i] = merged;
-      symbols[j] = -1;
-      if (i > 0) {
-        size_t p = i - 1;
-        while (symbols[p] < 0) --p;
-        const uint32_t r = merges_.find(symbols[p], symbols[i], &merged);
-        if (r != MergeTable::kNoRank) push(r, p);
-      }
-      const size_t k = i + length(symbols[i]);
-      if (k < n) {
-        const uint32_t r = merges_.find(symbols[i], symbols[k], &merged);
-        if (r != MergeTable::kNoRank) push(r, i);
-      }
+      mergeSlots(symbols, i, j, merged, push);
     }
     level.clear();
   }
+  compactSlots(symbols);
+}
+
+template <typename Push>
+void BpeModel::mergeSlots(std::vector<int32_t>& symbols, size_t i, size_t j, int32_t merged, Push&& push) const {
+  symbols[i] = merged;
+  symbols[j] = -1;
+  int32_t next = 0;
+  if (i > 0) {
+    size_t p = i - 1;
+    while (symbols[p] < 0) --p;
+    const uint32_t r = merges_.find(symbols[p], symbols[i], &next);
+    if (r != MergeTable::kNoRank) push(r, p);
+  }
+  const size_t k = i + slotLength(symbols[i]);
+  if (k < symbols.size()) {
+    const uint32_t r = merges_.find(symbols[i], symbols[k], &next);
+    if (r != MergeTable::kNoRank) push(r, i);
+  }
+}
+
+void BpeModel::compactSlots(std::vector<int32_t>& symbols) const {
   size_t w = 0;
-  for (size_t i = 0; i < n; i += length(symbols[i])) symbols[w++] = symbols[i];
+  for (size_t i = 0; i < symbols.size(); i += slotLength(symbols[i])) symbols[w++] = symbols[i];
   symbols.resize(w);
 }
 

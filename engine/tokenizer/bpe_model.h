@@ -102,6 +102,15 @@ class BpeModel {
   void mergeSmall(std::vector<int32_t>& symbols) const;
   void mergeLarge(std::vector<int32_t>& symbols) const;
   void mergeHuge(std::vector<int32_t>& symbols) const;
+  // The slot layout of mergeLarge and mergeHuge (see mergeLarge): a symbol sits
+  // at the index of its first byte, absorbed slots hold -1.
+  size_t slotLength(int32_t id) const { return token_length_[static_cast<size_t>(id)]; }
+  // Merges slot i with its successor at j into `merged` and offers the pairs it
+  // now forms with its neighbours to push(rank, index).
+  template <typename Push>
+  void mergeSlots(std::vector<int32_t>& symbols, size_t i, size_t j, int32_t merged, Push&& push) const;
+  // Drops the absorbed slots.
+  void compactSlots(std::vector<int32_t>& symbols) const;
 
   int32_t byte_ids_[256];
   MergeTable merges_;
