@@ -1,17 +1,13 @@
 #include "cache/model_fingerprint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
 #include "common/file_util.h"
+#include "engine/model/model.h"
 
 namespace lg::cache {
 namespace {
@@ -20,94 +16,51 @@ constexpr std::string_view kModelTag = "latentgate/model-fingerprint/v1";
 constexpr std::string_view kIdentityTag = "latentgate/latent-identity/v1";
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;  // the loader's limit too
 
-// A file opened for pread; closes itself.
-class File {
- public:
-  ~File() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Status open(const std::string& path) {
-    path_ = path;
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) return notFound("cannot open " + path + ": " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) return unavailable("cannot stat " + path + ": " + std::strerror(errno));
-    size_ = static_cast<uint64_t>(st.st_size);
-    return Status::ok();
-  }
-  uint64_t size() const { return size_; }
-  Status readAt(uint64_t offset, uint8_t* out, size_t n) const {
-    while (n > 0) {
-      const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) return dataLoss(path_ + ": short read at offset " + std::to_string(offset));
-      out += got;
-      n -= static_cast<size_t>(got);
-      offset += static_cast<uint64_t>(got);
-    }
-    return Status::ok();
-  }
-  // Reads [offset, offset + n) and feeds it to `h` in 1 MiB pieces.
-  Status hashRange(Sha256& h, uint64_t offset, uint64_t n, uint64_t& bytes_read) const {
-    std::string buf(std::min<uint64_t>(n, uint64_t{1} << 20), '\0');
-    while (n > 0) {
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
-      const ssize_t got = ::pread(fd_, buf.data(), want, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) return dataLoss(path_ + ": short read at offset " + std::to_string(offset));
-      h.update(std::string_view(buf.data(), static_cast<size_t>(got)));
-      offset += static_cast<uint64_t>(got);
-      n -= static_cast<uint64_t>(got);
-      bytes_read += static_cast<uint64_t>(got);
-    }
-    return Status::ok();
-  }
-
- private:
-  int fd_ = -1;
-  uint64_t size_ = 0;
-  std::string path_;
-};
-
 void hashName(Sha256& h, std::string_view name) { h.updateU64(name.size()).update(name); }
 
-// Whole small files (config, tokenizer, index): name, presence, size, bytes.
-Status hashWholeFile(Sha256& h, const std::string& dir, const std::string& name, bool required, ModelFingerprint& fp) {
+// Feeds bytes [offset, offset + n) of a mapped file to `h`; only those pages
+// are read.
+void hashRange(Sha256& h, const MappedFile& f, uint64_t offset, uint64_t n, uint64_t& bytes_read) {
+  h.update(f.view().substr(static_cast<size_t>(offset), static_cast<size_t>(n)));
+  bytes_read += n;
+}
+
+// A whole small file (config, tokenizer, index): name, presence, size, bytes.
+// Returns the mapping (empty when absent and not required) for callers that
+// also parse it.
+Result<MappedFile> hashWholeFile(Sha256& h, const std::string& dir, const std::string& name, bool required,
+                                 ModelFingerprint& fp) {
   hashName(h, name);
   const std::string path = dir + "/" + name;
-  if (::access(path.c_str(), F_OK) != 0) {
-    if (required) return notFound(path + ": not found");
+  auto f = MappedFile::open(path);
+  if (!f.isOk()) {
+    if (required || f.status().code() != StatusCode::kNotFound) return f.status();
     h.updateU64(0);  // absent
-    return Status::ok();
+    return MappedFile();
   }
-  File f;
-  LG_RETURN_IF_ERROR(f.open(path));
-  h.updateU64(1).updateU64(f.size());
-  LG_RETURN_IF_ERROR(f.hashRange(h, 0, f.size(), fp.bytes_read));
+  h.updateU64(1).updateU64(f->size());
+  hashRange(h, *f, 0, f->size(), fp.bytes_read);
   fp.files.push_back(name);
-  return Status::ok();
+  return f;
 }
 
 // One weight file: size, the safetensors header, a sample of the data section.
 Status hashWeightFile(Sha256& h, const std::string& dir, const std::string& name,
                       const ModelFingerprintOptions& o, ModelFingerprint& fp) {
   const std::string path = dir + "/" + name;
-  File f;
-  LG_RETURN_IF_ERROR(f.open(path));
+  LG_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
   hashName(h, name);
   h.updateU64(f.size());
   if (f.size() < 8) return dataLoss(path + ": too short for a safetensors header");
-  uint8_t le[8];
-  LG_RETURN_IF_ERROR(f.readAt(0, le, 8));
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | le[i];
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | f.data()[i];
   if (header_len > kMaxHeaderBytes || 8 + header_len > f.size()) {
     return dataLoss(path + ": safetensors header length " + std::to_string(header_len) + " does not fit the file");
   }
   // The header: every tensor's name, dtype, shape and offsets, and the metadata.
   Sha256 header_hash;
   uint64_t ignored = 0;
-  LG_RETURN_IF_ERROR(f.hashRange(header_hash, 0, 8 + header_len, ignored));
+  hashRange(header_hash, f, 0, 8 + header_len, ignored);
   const Digest header_digest = header_hash.finish();
   h.update(header_digest);
   fp.bytes_read += 8 + header_len;
@@ -116,12 +69,12 @@ Status hashWeightFile(Sha256& h, const std::string& dir, const std::string& name
   const uint64_t data_len = f.size() - data_start;
   if (data_len <= o.whole_data_limit) {
     h.updateU64(0);  // mode: whole
-    LG_RETURN_IF_ERROR(f.hashRange(h, data_start, data_len, fp.bytes_read));
+    hashRange(h, f, data_start, data_len, fp.bytes_read);
   } else {
     h.updateU64(1);  // mode: sampled
     const uint64_t edge = std::min(o.edge_bytes, data_len / 2);
-    LG_RETURN_IF_ERROR(f.hashRange(h, data_start, edge, fp.bytes_read));
-    LG_RETURN_IF_ERROR(f.hashRange(h, f.size() - edge, edge, fp.bytes_read));
+    hashRange(h, f, data_start, edge, fp.bytes_read);
+    hashRange(h, f, f.size() - edge, edge, fp.bytes_read);
     const uint64_t window = std::min(o.window_bytes, data_len);
     const uint64_t span = data_len - window + 1;
     for (int i = 0; i < o.sample_windows; ++i) {
@@ -132,7 +85,7 @@ Status hashWeightFile(Sha256& h, const std::string& dir, const std::string& name
       std::memcpy(&r, d.bytes.data(), sizeof r);
       const uint64_t off = data_start + r % span;
       h.updateU64(off - data_start);
-      LG_RETURN_IF_ERROR(f.hashRange(h, off, window, fp.bytes_read));
+      hashRange(h, f, off, window, fp.bytes_read);
     }
   }
   fp.files.push_back(name);
@@ -145,28 +98,17 @@ Result<ModelFingerprint> fingerprintModel(const std::string& dir, const ModelFin
   ModelFingerprint fp;
   Sha256 h;
   h.update(kModelTag).updateU64(kLatentFormatVersion);
-  LG_RETURN_IF_ERROR(hashWholeFile(h, dir, "config.json", /*required=*/true, fp));
+  LG_RETURN_IF_ERROR(hashWholeFile(h, dir, "config.json", /*required=*/true, fp).status());
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}) {
-    LG_RETURN_IF_ERROR(hashWholeFile(h, dir, name, /*required=*/false, fp));
+    LG_RETURN_IF_ERROR(hashWholeFile(h, dir, name, /*required=*/false, fp).status());
   }
   // The weight files exactly as Model::load picks them.
   const std::string index_path = dir + "/model.safetensors.index.json";
   std::set<std::string> shards;
   if (::access(index_path.c_str(), F_OK) == 0) {
-    LG_RETURN_IF_ERROR(hashWholeFile(h, dir, "model.safetensors.index.json", true, fp));
-    LG_ASSIGN_OR_RETURN(std::string text, readFile(index_path, size_t{256} << 20));
-    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
-      return dataLoss(index_path + ": expected an object with \"weight_map\"");
-    }
-    for (const auto& [tensor, file] : j["weight_map"].items()) {
-      if (!file.is_string()) return dataLoss(index_path + ": weight_map['" + tensor + "'] is not a string");
-      const std::string name = file.get<std::string>();
-      if (name.empty() || name.find('/') != std::string::npos || name == "..") {
-        return dataLoss(index_path + ": weight_map['" + tensor + "'] names an invalid file");
-      }
-      shards.insert(name);
-    }
+    LG_ASSIGN_OR_RETURN(MappedFile index, hashWholeFile(h, dir, "model.safetensors.index.json", true, fp));
+    LG_ASSIGN_OR_RETURN(auto weight_map, engine::parseWeightMap(index.view(), index_path));
+    for (const auto& [tensor, file] : weight_map) shards.insert(file);
   } else {
     shards.insert("model.safetensors");
   }

@@ -13,6 +13,23 @@
 
 namespace lg::engine {
 
+Result<std::map<std::string, std::string>> parseWeightMap(std::string_view text, const std::string& index_path) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return dataLoss(index_path + ": not a JSON object");
+  auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object()) return dataLoss(index_path + ": missing object \"weight_map\"");
+  std::map<std::string, std::string> weight_map;
+  for (auto it = wm->begin(); it != wm->end(); ++it) {
+    if (!it.value().is_string()) return dataLoss(index_path + ": weight_map['" + it.key() + "'] is not a string");
+    const std::string file = it.value().get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file == "..") {
+      return dataLoss(index_path + ": weight_map['" + it.key() + "'] names an invalid file '" + file + "'");
+    }
+    weight_map[it.key()] = file;
+  }
+  return weight_map;
+}
+
 float WeightView::value(int64_t r, int64_t c) const {
   const uint8_t* p = at(r, c);
   switch (dtype) {
@@ -78,18 +95,7 @@ class ModelLoader {
     std::map<std::string, std::string> weight_map;  // tensor -> shard file name
     if (::access(index_path.c_str(), F_OK) == 0) {
       LG_ASSIGN_OR_RETURN(std::string text, readFile(index_path, 256u << 20));
-      auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object()) return dataLoss(index_path + ": not a JSON object");
-      auto wm = j.find("weight_map");
-      if (wm == j.end() || !wm->is_object()) return dataLoss(index_path + ": missing object \"weight_map\"");
-      for (auto it = wm->begin(); it != wm->end(); ++it) {
-        if (!it.value().is_string()) return dataLoss(index_path + ": weight_map['" + it.key() + "'] is not a string");
-        const std::string file = it.value().get<std::string>();
-        if (file.empty() || file.find('/') != std::string::npos || file == "..") {
-          return dataLoss(index_path + ": weight_map['" + it.key() + "'] names an invalid file '" + file + "'");
-        }
-        weight_map[it.key()] = file;
-      }
+      LG_ASSIGN_OR_RETURN(weight_map, parseWeightMap(text, index_path));
     } else {
       const std::string single = dir + "/model.safetensors";
       if (::access(single.c_str(), F_OK) != 0) {

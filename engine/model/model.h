@@ -12,8 +12,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -66,6 +68,13 @@ struct ModelLoadOptions {
   bool prefetch = false;
   std::function<void(const LoadProgress&)> progress;  // called from the loading thread
 };
+
+// The tensor -> shard file map of a sharded checkpoint: `text` is its
+// model.safetensors.index.json (`index_path` names it in errors). Every shard
+// must be a plain file name inside the checkpoint directory. Model::load and
+// the cache's model fingerprint (cache/model_fingerprint.cc) both read the
+// weight files through this, so they always agree on which files they are.
+Result<std::map<std::string, std::string>> parseWeightMap(std::string_view text, const std::string& index_path);
 
 class Model {
  public:
