@@ -9,18 +9,13 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
-#include "common/logging.h"
+#include "cache/cache_log.h"
 
 namespace lg::cache {
 namespace {
 
 constexpr const char* kBlocksCf = "blocks";
 constexpr const char* kAccessCf = "access";
-
-spdlog::logger* log() {
-  static spdlog::logger* logger = componentLogger("cache");
-  return logger;
-}
 
 int64_t unixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -113,7 +108,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
   if (s.code() == StatusCode::kDataLoss) {
     tier->closeDb();
     const std::string aside = options.path + ".corrupt-" + std::to_string(unixNow());
-    log()->warn("latent store {} is corrupt ({}); moving it to {} and starting empty", options.path, s.message(),
+    cacheLog()->warn("latent store {} is corrupt ({}); moving it to {} and starting empty", options.path, s.message(),
                 aside);
     std::filesystem::rename(options.path, aside, ec);
     if (ec) return dataLoss("cannot set aside corrupt store " + options.path + ": " + ec.message());
@@ -199,7 +194,7 @@ void DiskTier::multiGet(std::span<const Digest> keys, ReadBuffers& out) {
       recordAccess(keys[i], values[i].size(), nextStamp());
     } else if (!statuses[i].IsNotFound()) {
       read_errors_.fetch_add(1, std::memory_order_relaxed);
-      log()->warn("latent store read of block {} failed: {}; dropping it", keys[i].hex().substr(0, 16),
+      cacheLog()->warn("latent store read of block {} failed: {}; dropping it", keys[i].hex().substr(0, 16),
                   statuses[i].ToString());
       remove(keys[i]);
     }
@@ -324,7 +319,7 @@ void DiskTier::enforceLimits() {
   }
   if (batch.Count() == 0) return;
   rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
-  if (!s.ok()) log()->warn("latent store maintenance write failed: {}", s.ToString());
+  if (!s.ok()) cacheLog()->warn("latent store maintenance write failed: {}", s.ToString());
   evicted_.fetch_add(victims.size(), std::memory_order_relaxed);
 }
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "cache/pool_latents.h"
-#include "common/logging.h"
+#include "cache/cache_log.h"
 
 namespace lg::cache {
 namespace {
@@ -18,8 +18,8 @@ using engine::BlockId;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kCostModelKey = "cost_model/v1";
-// Restores read this many stored bytes per MultiGet, so that reading the next
-// chunk overlaps verifying and importing the current one.
+// Restores read this many stored bytes per MultiGet: the unit a restore
+// worker reads, verifies and imports (and the size of its read buffers).
 constexpr uint64_t kRestoreChunkBytes = uint64_t{4} << 20;
 // Threads one restore reads and verifies with: one per core, at most this.
 // More threads overlap more cold reads, but each needs its own buffers, which
@@ -32,10 +32,6 @@ constexpr size_t kMaxRestoreWorkers = 4;
 // Restore scratch buffers kept for reuse (one per restore worker).
 constexpr size_t kSpareScratch = 8;
 
-spdlog::logger* log() {
-  static spdlog::logger* logger = componentLogger("cache");
-  return logger;
-}
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -157,7 +153,7 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(engine::Backend& backen
   if (disk != nullptr) {
     auto saved = disk->getMeta(kCostModelKey);
     if (saved.isOk() && saved->has_value()) {
-      if (Status s = cache->cost_.deserialize(**saved); !s.isOk()) log()->warn("ignoring saved cost model: {}", s.message());
+      if (Status s = cache->cost_.deserialize(**saved); !s.isOk()) cacheLog()->warn("ignoring saved cost model: {}", s.message());
     }
   }
   PrefixCache* raw = cache.get();
@@ -588,7 +584,7 @@ std::vector<BlockId> PrefixCache::restore(std::span<const Digest> keys, std::spa
         RejectReason reason{};
         if (Status s = decodeBlock(value, geometry_, identity, scratch->f32, &reason); !s.isOk()) {
           counters_->rejected[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
-          log()->warn("{}; recomputing", s.message());
+          cacheLog()->warn("{}; recomputing", s.message());
           disk_->remove(keys[idx]);
           fail();
           break;
@@ -659,7 +655,7 @@ void PrefixCache::observePrefill(int64_t begin, int64_t end, double other_second
 void PrefixCache::saveCostModel() {
   if (disk_ == nullptr) return;
   if (Status s = disk_->putMeta(kCostModelKey, cost_.serialize()); !s.isOk()) {
-    log()->warn("cannot save the cost model: {}", s.message());
+    cacheLog()->warn("cannot save the cost model: {}", s.message());
   }
 }
 

@@ -2,18 +2,10 @@
 
 #include <utility>
 
+#include "cache/cache_log.h"
 #include "cache/pool_latents.h"
-#include "common/logging.h"
 
 namespace lg::cache {
-namespace {
-
-spdlog::logger* log() {
-  static spdlog::logger* logger = componentLogger("cache");
-  return logger;
-}
-
-}  // namespace
 
 WriteBack::WriteBack(DiskTier& disk, const engine::LatentLayout& layout, const Digest& model,
                      const WriteBackOptions& options)
@@ -122,7 +114,7 @@ void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
     written_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   } else {
     errors_.fetch_add(values.size(), std::memory_order_relaxed);
-    log()->warn("latent write-back of {} blocks failed: {}", values.size(), s.toString());
+    cacheLog()->warn("latent write-back of {} blocks failed: {}", values.size(), s.toString());
   }
   disk_.enforceLimits();
 }

@@ -192,8 +192,8 @@ TEST_P(CacheFaultTest, FlippedBytesInSstDataBlocksNeverServeWrongLatents) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StoreChecksums, CacheFaultTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("RocksDbVerifies") : std::string("CodecOnly");
+                         [](const ::testing::TestParamInfo<bool>& param_info) {
+                           return param_info.param ? std::string("RocksDbVerifies") : std::string("CodecOnly");
                          });
 
 // --- SIGKILL during heavy write-back -----------------------------------------
