@@ -130,6 +130,32 @@ TEST_F(CacheCliTest, OtherNamespaceOrModelReusesNothing) {
   EXPECT_GT(forward(model, g.ids, cacheFlags("team-a")).stats["cached_tokens"], 0);
 }
 
+// A cache directory that cannot be a RocksDB store, or bad cache settings: a
+// usage error (exit 2) naming the problem, no crash, no output written.
+TEST_F(CacheCliTest, UnusableCacheDirOrSettingsAreUsageErrors) {
+  const Golden g = loadGolden("tiny-v3");
+  const std::string ids_path = dir_.path() + "/ids.json";
+  const std::string out = dir_.path() + "/never.safetensors";
+  ASSERT_TRUE(writeFileAtomic(ids_path, json(g.ids).dump()).isOk());
+  const std::string not_a_dir = dir_.path() + "/plain-file";
+  ASSERT_TRUE(writeFileAtomic(not_a_dir, "x").isOk());
+  const std::vector<std::string> argv = {test::latentgateBinary(), "forward", "--model",
+                                         engine::testing::fixtureDir("tiny-v3"), "--ids", ids_path, "--out", out};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = argv;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto r = test::runProcess(with({"--cache-dir", not_a_dir + "/kv"}), "");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(r.signaled);
+  EXPECT_NE(r.err.find("prefix cache"), std::string::npos) << r.err;
+  r = test::runProcess(with({"--cache-dir", dir_.path() + "/kv"}), "", {"LATENTGATE_CACHE_STORED_DTYPE=fp4"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("cache.stored_dtype"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(CacheCliTest, AutoPolicyReportsItsDecision) {
   const Golden g = loadGolden("tiny-v2");
   const std::string model = engine::testing::fixtureDir("tiny-v2");
