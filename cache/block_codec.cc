@@ -7,6 +7,8 @@
 #define XXH_STATIC_LINKING_ONLY  // for a stack-allocated XXH3_state_t
 #include <xxhash.h>
 
+#include "common/bfloat16.h"
+
 namespace lg::cache {
 namespace {
 
@@ -31,21 +33,6 @@ template <typename T>
 void put(std::string& s, size_t off, T v) { std::memcpy(s.data() + off, &v, sizeof v); }
 template <typename T>
 T get(std::string_view s, size_t off) { T v; std::memcpy(&v, s.data() + off, sizeof v); return v; }
-
-uint16_t toBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float fromBf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 size_t payloadBytes(const BlockGeometry& g, StoredDType dtype) {
   switch (dtype) {
@@ -126,7 +113,7 @@ std::string encodeBlock(const BlockGeometry& g, const BlockIdentity& identity, s
       break;
     case StoredDType::kBF16:
       for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = toBf16(latents[i]);
+        const uint16_t h = floatToBf16(latents[i]);
         std::memcpy(payload + 2 * i, &h, 2);
       }
       break;
@@ -199,7 +186,7 @@ Status decodeBlock(std::string_view value, const BlockGeometry& g, const BlockId
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, payload + 2 * i, 2);
-        out[i] = fromBf16(h);
+        out[i] = bf16ToFloat(h);
       }
       break;
     case StoredDType::kInt8: {

@@ -2,8 +2,9 @@
 
 #include <openssl/evp.h>
 
-#include <cassert>
 #include <cstring>
+
+#include "common/check.h"
 
 namespace lg::cache {
 namespace {
@@ -27,9 +28,14 @@ std::string Digest::hex() const {
 }
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  const int ok = EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
-  assert(ok == 1);
-  (void)ok;
+  LG_CHECK(ctx_ != nullptr, "EVP_MD_CTX_new failed");
+  reset();
+}
+
+Sha256& Sha256::reset() {
+  // A digest that silently failed to initialize would key every block alike.
+  LG_CHECK(EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) == 1, "SHA-256 init failed");
+  return *this;
 }
 
 Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
@@ -48,35 +54,52 @@ Sha256& Sha256::updateU64(uint64_t v) {
 Digest Sha256::finish() {
   Digest d;
   unsigned int len = 0;
-  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.bytes.data(), &len);
-  assert(len == d.bytes.size());
+  LG_CHECK(EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.bytes.data(), &len) == 1 && len == d.bytes.size(),
+           "SHA-256 final failed");
   return d;
 }
 
 Digest sha256(std::string_view data) { return Sha256().update(data).finish(); }
 
+namespace {
+
+// One block's key on a digest context the caller reuses across a chain (a
+// fresh EVP context per block cost more than hashing a 64-token block), with
+// the ids hashed in one update from a little-endian buffer.
+Digest blockKeyWith(Sha256& h, std::vector<uint8_t>& le, std::string_view ns, const Digest& model,
+                    const Digest& previous, std::span<const int32_t> block_ids) {
+  le.resize(block_ids.size() * 4);
+  for (size_t i = 0; i < block_ids.size(); ++i) {
+    const auto v = static_cast<uint32_t>(block_ids[i]);
+    for (int b = 0; b < 4; ++b) le[4 * i + static_cast<size_t>(b)] = static_cast<uint8_t>(v >> (8 * b));
+  }
+  h.reset();
+  h.update(kBlockTag).updateU64(ns.size()).update(ns).update(model).update(previous);
+  h.updateU64(block_ids.size());
+  h.update(std::string_view(reinterpret_cast<const char*>(le.data()), le.size()));
+  return h.finish();
+}
+
+}  // namespace
+
 Digest blockKey(std::string_view ns, const Digest& model, const Digest& previous,
                 std::span<const int32_t> block_ids) {
   Sha256 h;
-  h.update(kBlockTag).updateU64(ns.size()).update(ns).update(model).update(previous);
-  h.updateU64(block_ids.size());
-  for (int32_t id : block_ids) {
-    uint8_t le[4];
-    for (int i = 0; i < 4; ++i) le[i] = static_cast<uint8_t>(static_cast<uint32_t>(id) >> (8 * i));
-    h.update(std::string_view(reinterpret_cast<const char*>(le), 4));
-  }
-  return h.finish();
+  std::vector<uint8_t> le;
+  return blockKeyWith(h, le, ns, model, previous, block_ids);
 }
 
 std::vector<Digest> chainBlockKeys(std::string_view ns, const Digest& model, std::span<const int32_t> ids,
                                    int block_tokens) {
-  assert(block_tokens > 0);
+  LG_CHECK(block_tokens > 0, "chainBlockKeys: block_tokens ", block_tokens);
   std::vector<Digest> keys;
   const size_t n = ids.size() / static_cast<size_t>(block_tokens);
   keys.reserve(n);
+  Sha256 h;
+  std::vector<uint8_t> le;
   Digest previous;
   for (size_t b = 0; b < n; ++b) {
-    previous = blockKey(ns, model, previous, ids.subspan(b * block_tokens, block_tokens));
+    previous = blockKeyWith(h, le, ns, model, previous, ids.subspan(b * block_tokens, block_tokens));
     keys.push_back(previous);
   }
   return keys;

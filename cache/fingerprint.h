@@ -47,6 +47,8 @@ class Sha256 {
   ~Sha256();
   Sha256(const Sha256&) = delete;
   Sha256& operator=(const Sha256&) = delete;
+  // Starts over, reusing the context (cheaper than a new Sha256).
+  Sha256& reset();
   Sha256& update(std::string_view data);
   Sha256& update(const Digest& d) { return update(d.view()); }
   Sha256& updateU64(uint64_t v);  // little-endian, so lengths can delimit fields

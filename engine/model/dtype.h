@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "common/bfloat16.h"
+
 namespace lg::engine {
 
 // Spelled as safetensors spells them ("BF16", "F8_E4M3", ...).
@@ -30,22 +32,7 @@ size_t dtypeSize(DType dtype);
 std::string_view dtypeName(DType dtype);
 std::optional<DType> parseDType(std::string_view name);
 
-inline float bf16ToFloat(uint16_t v) {
-  const uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// Round to nearest even (NaN stays NaN), as torch's .to(torch.bfloat16).
-inline uint16_t floatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
+// bf16ToFloat / floatToBf16: common/bfloat16.h.
 float f16ToFloat(uint16_t v);
 uint16_t floatToF16(float f);
 
