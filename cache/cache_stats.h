@@ -28,8 +28,9 @@ struct TierStats {
 };
 
 struct CacheStats {
-  uint64_t lookups = 0;
+  uint64_t lookups = 0;            // completed lookups (the token counts below are theirs)
   uint64_t prompt_tokens = 0;
+  uint64_t cancelled_lookups = 0;  // leases dropped while their lookup was pending
   TierStats tier0;
   TierStats disk;
 
@@ -50,6 +51,7 @@ struct CacheStats {
   uint64_t write_back_dropped_blocks = 0;  // queue full: dropped, never blocking a request
   uint64_t write_back_errors = 0;
   uint64_t write_through_blocks = 0;       // queued because they were reused often (or at exit)
+  uint64_t export_errors = 0;              // blocks the pool failed to export for writing: not written
 
   // Restores (promotion from the disk tier to tier 0).
   uint64_t restored_blocks = 0;

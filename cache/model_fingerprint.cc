@@ -97,7 +97,7 @@ Status hashWeightFile(Sha256& h, const std::string& dir, const std::string& name
 Result<ModelFingerprint> fingerprintModel(const std::string& dir, const ModelFingerprintOptions& options) {
   ModelFingerprint fp;
   Sha256 h;
-  h.update(kModelTag).updateU64(kLatentFormatVersion);
+  h.update(kModelTag).updateU64(engine::kLatentFormatVersion);
   LG_RETURN_IF_ERROR(hashWholeFile(h, dir, "config.json", /*required=*/true, fp).status());
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}) {
     LG_RETURN_IF_ERROR(hashWholeFile(h, dir, name, /*required=*/false, fp).status());
@@ -122,7 +122,7 @@ Digest latentIdentity(const Digest& model, const engine::LatentLayout& layout) {
   return Sha256()
       .update(kIdentityTag)
       .update(model)
-      .updateU64(kLatentFormatVersion)
+      .updateU64(engine::kLatentFormatVersion)
       .updateU64(layout.dtype == engine::LatentDType::kF32 ? 32 : 16)
       .updateU64(static_cast<uint64_t>(layout.layers))
       .updateU64(static_cast<uint64_t>(layout.latent_dim))

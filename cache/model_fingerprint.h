@@ -5,7 +5,7 @@
 // the same model or an engine whose latents differ is never served.
 //
 // What fingerprintModel(dir) covers, in this order (all length-delimited):
-//   - a domain tag and kLatentFormatVersion;
+//   - a domain tag and the engine's kLatentFormatVersion (latent_pool.h);
 //   - config.json (every byte);
 //   - tokenizer files if present (tokenizer.json, tokenizer_config.json,
 //     tokenizer.model, special_tokens_map.json; every byte; absence is hashed
@@ -34,16 +34,9 @@
 
 #include "cache/fingerprint.h"
 #include "common/status.h"
-#include "engine/backend.h"
+#include "engine/latent_pool.h"
 
 namespace lg::cache {
-
-// Bump whenever the engine's latents change for the same checkpoint and
-// tokens (kernels that round differently, a RoPE or norm fix, a new latent
-// layout): every block computed by the old engine then misses instead of
-// being served. (Belongs next to engine/backend.h's LatentLayout; kept here
-// until the engine owns it.)
-inline constexpr uint32_t kLatentFormatVersion = 1;
 
 struct ModelFingerprintOptions {
   uint64_t whole_data_limit = uint64_t{8} << 20;  // data sections up to 8 MiB are hashed whole

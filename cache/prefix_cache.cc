@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cassert>
 #include <chrono>
+#include <condition_variable>
 #include <limits>
-#include <system_error>
 #include <thread>
 
-#include "cache/pool_latents.h"
 #include "cache/cache_log.h"
+#include "cache/pool_latents.h"
+#include "common/check.h"
 
 namespace lg::cache {
 namespace {
@@ -19,29 +19,92 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kCostModelKey = "cost_model/v1";
 // Restores read this many stored bytes per MultiGet: the unit a restore
-// worker reads, verifies and imports (and the size of its read buffers).
+// task reads, verifies and imports (and the size of its read buffers).
 constexpr uint64_t kRestoreChunkBytes = uint64_t{4} << 20;
-// Threads one restore reads and verifies with: one per core, at most this.
-// More threads overlap more cold reads, but each needs its own buffers, which
-// a fresh process must fault in first. Measured on 2 cores, 90 MB, the first
-// restore in a new process (warm / cold page cache), with RocksDB's read
-// checksums on: 1 worker 560 / 370 MB/s, 2: 790 / 580, 4: 520 / 480, 8: 330 /
-// 310; with them off (the default): 1: 690 / 460, 2: 880 / 550, 4: 580 /
-// 470, 8: 310 / 290.
-constexpr size_t kMaxRestoreWorkers = 4;
-// Restore scratch buffers kept for reuse (one per restore worker).
+// I/O threads by default: one per core, at most this. More threads overlap
+// more cold reads, but each needs its own buffers, which a fresh process
+// must fault in first. Measured on 2 cores, 90 MB, the first restore in a
+// new process (warm / cold page cache), with RocksDB's read checksums on:
+// 1 worker 560 / 370 MB/s, 2: 790 / 580, 4: 520 / 480, 8: 330 / 310; with
+// them off (the default): 1: 690 / 460, 2: 880 / 550, 4: 580 / 470, 8: 310 / 290.
+constexpr int kMaxDefaultIoThreads = 4;
+// Restore scratch buffers kept for reuse (one per I/O thread).
 constexpr size_t kSpareScratch = 8;
-
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 
+// Where one lookup stands. kRunning: a step (advance, a restore) is working
+// on it, in lookup() or on an I/O thread; kWaiting: parked in waiters_ until
+// the awaited block is published or abandoned, or the wait budget ends;
+// kReady: the lease owns it; kDone: released and cleaned up.
+enum class LeasePhase : uint8_t { kRunning, kWaiting, kReady, kDone };
+
+struct LeaseState {
+  // Fixed by lookup().
+  uint64_t id = 0;
+  std::string ns;                                // publishes go here
+  std::vector<int32_t> ids;
+  std::vector<Digest> keys;                      // ns chain keys of the prompt's full blocks
+  std::vector<std::vector<Digest>> shared_keys;  // per readable shared namespace, up to max_hit
+  const std::vector<Digest>* hit_keys = nullptr;  // `keys` or one of `shared_keys`
+  std::string hit_ns;                            // where the hit blocks are found
+  int32_t block_tokens = 0;
+  int32_t max_hit = 0;  // blocks a hit may cover: the last prompt token is always computed
+  int32_t n_full = 0;   // the prompt's full blocks
+  std::chrono::milliseconds wait{0};
+  Clock::time_point deadline;
+  RestorePolicy policy = RestorePolicy::kAuto;
+  std::function<void()> on_ready;
+
+  // Guarded by the cache's mu_.
+  LeasePhase phase = LeasePhase::kRunning;
+  bool cancelled = false;  // released while kRunning: the running step cleans up
+  Digest awaited;          // kWaiting: the in-flight key
+  bool deadline_timer = false;
+
+  // Written by the one step that runs at a time; read by the lease once ready.
+  int32_t next = 0;  // tier-0 walk position (block index)
+  std::vector<BlockId> blocks;  // references held for the caller
+  bool taken = false;
+  std::vector<int32_t> claimed;  // block indices claimed in flight, not yet published (mu_ once ready)
+  int32_t published_upto = 0;
+  int32_t hit_blocks = 0;
+  int32_t tier0_blocks = 0;
+  int32_t disk_blocks = 0;
+  Decision decision;
+  double restore_seconds = 0;
+  uint64_t restore_bytes = 0;
+  bool waited = false;
+
+  std::atomic<bool> ready{false};
+  mutable std::mutex ready_mu;
+  mutable std::condition_variable ready_cv;
+};
+
+// One restore of consecutive blocks from the disk tier, split into chunks
+// that the I/O pool's threads read, verify and import in parallel; the last
+// chunk to finish completes the lookup.
+struct PrefixCache::RestoreJob {
+  std::shared_ptr<LeaseState> st;
+  std::span<const Digest> keys;  // the blocks to restore, from st->hit_keys
+  int32_t first_block = 0;       // block index of keys[0] in the prompt
+  std::vector<BlockId> blocks;   // fresh pool blocks, one per key
+  std::vector<uint8_t> imported;
+  size_t chunk = 1;
+  size_t chunks = 0;
+  size_t stored_bytes = 0;  // one stored block
+  std::atomic<size_t> first_failure{0};  // chunks past it are not read
+  std::atomic<size_t> remaining{0};
+  Clock::time_point t0;
+};
+
 struct PrefixCache::Counters {
-  std::atomic<uint64_t> lookups{0}, prompt_tokens{0};
+  std::atomic<uint64_t> lookups{0}, prompt_tokens{0}, cancelled{0};
   std::atomic<uint64_t> tier0_hit{0}, tier0_miss{0}, disk_hit{0}, disk_miss{0};
   std::atomic<uint64_t> tier0_evicted{0}, reclaimed{0}, waits{0}, wait_timeouts{0}, published{0};
-  std::atomic<uint64_t> write_through{0};
+  std::atomic<uint64_t> write_through{0}, export_errors{0};
   std::atomic<uint64_t> restored{0}, restore_bytes{0}, restore_nanos{0};
   std::array<std::atomic<uint64_t>, kRejectReasonCount> rejected{};
   std::atomic<uint64_t> decisions_restore{0}, decisions_recompute{0};
@@ -49,107 +112,136 @@ struct PrefixCache::Counters {
 
 // ---------------------------------------------------------------- PrefixLease
 
+PrefixLease::PrefixLease(PrefixCache* cache, std::shared_ptr<LeaseState> state)
+    : cache_(cache), state_(std::move(state)) {}
+
 PrefixLease::~PrefixLease() { reset(); }
 
-PrefixLease::PrefixLease(PrefixLease&& other) noexcept { *this = std::move(other); }
+PrefixLease::PrefixLease(PrefixLease&& other) noexcept
+    : cache_(std::exchange(other.cache_, nullptr)), state_(std::move(other.state_)) {}
 
 PrefixLease& PrefixLease::operator=(PrefixLease&& other) noexcept {
-  if (this == &other) return *this;
-  reset();
-  cache_ = std::exchange(other.cache_, nullptr);
-  id_ = other.id_;
-  ns_ = std::move(other.ns_);
-  hit_ns_ = std::move(other.hit_ns_);
-  ids_ = std::move(other.ids_);
-  keys_ = std::move(other.keys_);
-  blocks_ = std::move(other.blocks_);
-  other.blocks_.clear();
-  taken_ = other.taken_;
-  claimed_ = std::move(other.claimed_);
-  other.claimed_.clear();
-  published_upto_ = other.published_upto_;
-  block_tokens_ = other.block_tokens_;
-  hit_blocks_ = other.hit_blocks_;
-  tier0_blocks_ = other.tier0_blocks_;
-  disk_blocks_ = other.disk_blocks_;
-  decision_ = other.decision_;
-  restore_seconds_ = other.restore_seconds_;
-  restore_bytes_ = other.restore_bytes_;
-  waited_ = other.waited_;
+  if (this != &other) {
+    reset();
+    cache_ = std::exchange(other.cache_, nullptr);
+    state_ = std::move(other.state_);
+  }
   return *this;
 }
 
 void PrefixLease::reset() {
-  if (cache_ == nullptr) return;
-  cache_->abandon(*this);
-  if (!taken_) {
-    for (BlockId b : blocks_) cache_->allocator_.release(b);
-  }
-  blocks_.clear();
+  if (cache_ != nullptr && state_ != nullptr) cache_->releaseLease(state_);
+  state_.reset();
   cache_ = nullptr;
 }
 
+bool PrefixLease::ready() const { return state_ == nullptr || state_->ready.load(std::memory_order_acquire); }
+
+void PrefixLease::wait() const {
+  if (state_ == nullptr) return;
+  std::unique_lock lock(state_->ready_mu);
+  state_->ready_cv.wait(lock, [&] { return state_->ready.load(std::memory_order_acquire); });
+}
+
+bool PrefixLease::waitFor(std::chrono::milliseconds timeout) const {
+  if (state_ == nullptr) return true;
+  std::unique_lock lock(state_->ready_mu);
+  return state_->ready_cv.wait_for(lock, timeout, [&] { return state_->ready.load(std::memory_order_acquire); });
+}
+
+const LeaseState& PrefixLease::readyState() const {
+  static const LeaseState kEmpty;
+  if (state_ == nullptr) return kEmpty;
+  // Reading a pending lease would race with the I/O thread completing it.
+  LG_CHECK(state_->ready.load(std::memory_order_acquire), "prefix lease ", state_->id, " read while still pending");
+  return *state_;
+}
+
+int32_t PrefixLease::cachedTokens() const { return readyState().hit_blocks * readyState().block_tokens; }
+int32_t PrefixLease::hitBlocks() const { return readyState().hit_blocks; }
+int32_t PrefixLease::tier0Blocks() const { return readyState().tier0_blocks; }
+int32_t PrefixLease::diskBlocks() const { return readyState().disk_blocks; }
+const Decision& PrefixLease::decision() const { return readyState().decision; }
+double PrefixLease::restoreSeconds() const { return readyState().restore_seconds; }
+uint64_t PrefixLease::restoreBytes() const { return readyState().restore_bytes; }
+bool PrefixLease::waited() const { return readyState().waited; }
+const std::string& PrefixLease::hitNamespace() const { return readyState().hit_ns; }
+
+int32_t PrefixLease::claimedBlocks() const {
+  const LeaseState& s = readyState();
+  if (cache_ == nullptr) return 0;
+  std::lock_guard lock(cache_->mu_);  // publish() shrinks the claims
+  return static_cast<int32_t>(s.claimed.size());
+}
+
 std::vector<BlockId> PrefixLease::takeBlocks() {
-  if (taken_) return {};
-  taken_ = true;
-  return blocks_;
+  if (state_ == nullptr) return {};
+  readyState();  // checks readiness
+  if (state_->taken) return {};
+  state_->taken = true;
+  return state_->blocks;
 }
 
 Status PrefixLease::publish(std::span<const BlockId> blocks, int32_t filled_len) {
-  if (cache_ == nullptr) return invalidArgument("publish: the lease is empty");
+  if (cache_ == nullptr || state_ == nullptr) return invalidArgument("publish: the lease is empty");
+  if (!ready()) return invalidArgument("publish: the lease is still pending");
+  LeaseState& s = *state_;
   if (filled_len < 0) return invalidArgument("publish: negative filled length " + std::to_string(filled_len));
-  const int64_t full = std::min<int64_t>(filled_len, static_cast<int64_t>(ids_.size())) / block_tokens_;
+  const int64_t full = std::min<int64_t>(filled_len, static_cast<int64_t>(s.ids.size())) / s.block_tokens;
   if (static_cast<int64_t>(blocks.size()) < full) {
     return invalidArgument("publish: " + std::to_string(blocks.size()) + " blocks cannot hold " +
                            std::to_string(filled_len) + " positions");
   }
-  for (int64_t j = published_upto_; j < full; ++j) {
+  for (int64_t j = s.published_upto; j < full; ++j) {
     if (!cache_->allocator_.isLive(blocks[static_cast<size_t>(j)])) {
       return invalidArgument("publish: block " + std::to_string(blocks[static_cast<size_t>(j)]) + " is not allocated");
     }
   }
-  cache_->publish(*this, blocks, static_cast<int32_t>(full) * block_tokens_);
+  cache_->publish(s, blocks, static_cast<int32_t>(full) * s.block_tokens);
   return Status::ok();
 }
 
 // ---------------------------------------------------------------- PrefixCache
 
-void PrefixCache::eraseClaim(PrefixLease& lease, int32_t j) {
-  auto it = std::find(lease.claimed_.begin(), lease.claimed_.end(), j);
-  if (it != lease.claimed_.end()) lease.claimed_.erase(it);
-}
-
-PrefixCache::PrefixCache(engine::Backend& backend, DiskTier* disk, const Digest& model,
+PrefixCache::PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest& model,
                          const PrefixCacheOptions& options)
-    : backend_(backend),
-      allocator_(backend.blocks()),
+    : pool_(pool),
+      allocator_(pool.allocator()),
       disk_(disk),
       model_(model),
       options_(options),
-      block_tokens_(backend.latentLayout().block_tokens),
-      block_bytes_(backend.latentLayout().blockBytes()),
-      geometry_{static_cast<uint32_t>(backend.latentLayout().layers),
-                static_cast<uint32_t>(backend.latentLayout().block_tokens),
-                static_cast<uint32_t>(backend.latentLayout().latent_dim)},
+      block_tokens_(pool.layout().block_tokens),
+      block_bytes_(pool.layout().blockBytes()),
+      geometry_{static_cast<uint32_t>(pool.layout().layers), static_cast<uint32_t>(pool.layout().block_tokens),
+                static_cast<uint32_t>(pool.layout().latent_dim)},
       cost_(options.cost),
-      index_refs_(static_cast<size_t>(backend.blocks().capacity()), 0),
+      index_refs_(static_cast<size_t>(pool.allocator().capacity()), 0),
       counters_(std::make_unique<Counters>()) {
   if (disk_ != nullptr) {
     WriteBackOptions wo;
     wo.capacity_blocks = options.write_back_queue_blocks;
     wo.batch_blocks = options.write_back_batch_blocks;
     wo.stored_dtype = options.stored_dtype;
-    writer_ = std::make_unique<WriteBack>(*disk_, backend.latentLayout(), model, wo);
+    writer_ = std::make_unique<WriteBack>(*disk_, pool.layout(), model, wo);
   }
 }
 
-Result<std::unique_ptr<PrefixCache>> PrefixCache::create(engine::Backend& backend, DiskTier* disk, const Digest& model,
+Result<std::unique_ptr<PrefixCache>> PrefixCache::create(engine::LatentPool& pool, DiskTier* disk, const Digest& model,
                                                          const PrefixCacheOptions& options) {
-  if (backend.latentLayout().block_tokens < 1) return invalidArgument("prefix cache: block_tokens must be positive");
+  if (pool.layout().block_tokens < 1) return invalidArgument("prefix cache: block_tokens must be positive");
   if (options.write_back_queue_blocks < 1 || options.write_back_batch_blocks < 1) {
     return invalidArgument("prefix cache: write-back queue and batch sizes must be positive");
   }
-  auto cache = std::unique_ptr<PrefixCache>(new PrefixCache(backend, disk, model, options));
+  if (options.io_threads < 0 || options.io_threads > 64) {
+    return invalidArgument("prefix cache: io_threads must be in [0, 64], got " + std::to_string(options.io_threads));
+  }
+  auto cache = std::unique_ptr<PrefixCache>(new PrefixCache(pool, disk, model, options));
+  // Without a disk tier the pool only resumes lookups that waited: one thread.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = options.io_threads > 0 ? options.io_threads
+                      : disk == nullptr      ? 1
+                                             : std::clamp(cores, 1, kMaxDefaultIoThreads);
+  LG_ASSIGN_OR_RETURN(cache->io_, IoPool::create(threads));
   if (disk != nullptr) {
     auto saved = disk->getMeta(kCostModelKey);
     if (saved.isOk() && saved->has_value()) {
@@ -157,19 +249,20 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(engine::Backend& backen
     }
   }
   PrefixCache* raw = cache.get();
-  backend.blocks().setReclaimer([raw](int32_t needed) { return raw->reclaim(needed); });
+  pool.allocator().setReclaimer([raw](int32_t needed) { return raw->reclaim(needed); });
   return cache;
 }
 
 PrefixCache::~PrefixCache() {
+  // Restores and resumed lookups of leases already released finish first.
+  if (io_ != nullptr) io_->shutdown();
   allocator_.setReclaimer(nullptr);  // waits for a reclaim in progress
   std::vector<BlockId> release;
   {
     std::lock_guard lock(mu_);
-    assert(in_flight_ == 0 && "leases must be destroyed before the cache");
-    for (auto& [key, e] : index_) {
-      if (e.state == State::kReady) release.push_back(e.block);
-    }
+    LG_CHECK(in_flight_ == 0 && waiters_.empty(), "prefix cache destroyed with ", in_flight_, " claimed blocks and ",
+             waiters_.size(), " awaited keys: leases must be destroyed before the cache");
+    for (auto& [key, e] : index_) release.push_back(e.block);
     index_.clear();
     lru_.clear();
   }
@@ -186,7 +279,8 @@ void PrefixCache::touchLocked(Entry& e, const Digest& key) {
 }
 
 void PrefixCache::insertReadyLocked(const Digest& key, Entry& e, BlockId block) {
-  if (e.state == State::kInFlight) --in_flight_;
+  const bool was_claim = e.state == State::kInFlight;
+  if (was_claim) --in_flight_;
   e.state = State::kReady;
   e.block = block;
   e.owner = 0;
@@ -194,17 +288,38 @@ void PrefixCache::insertReadyLocked(const Digest& key, Entry& e, BlockId block) 
   if (index_refs_[static_cast<size_t>(block)]++ == 0) ++indexed_blocks_;
   lru_.push_front(key);
   e.lru = lru_.begin();
+  if (was_claim) resumeWaitersLocked(key);
 }
 
-void PrefixCache::eraseLocked(std::unordered_map<Digest, Entry, DigestHash>::iterator it) {
+void PrefixCache::dropIndexRefLocked(BlockId block) {
+  int32_t& refs = index_refs_[static_cast<size_t>(block)];
+  // An index reference dropped twice would release a block someone else holds.
+  LG_CHECK(refs > 0, "index reference of block ", block, " dropped twice");
+  if (--refs == 0) --indexed_blocks_;
+}
+
+void PrefixCache::eraseLocked(Index::iterator it) {
   Entry& e = it->second;
-  if (e.state == State::kReady) {
-    lru_.erase(e.lru);
-    if (--index_refs_[static_cast<size_t>(e.block)] == 0) --indexed_blocks_;
-  } else {
+  const Digest key = it->first;
+  const bool was_claim = e.state == State::kInFlight;
+  if (was_claim) {
     --in_flight_;
+  } else {
+    lru_.erase(e.lru);
+    dropIndexRefLocked(e.block);
   }
   index_.erase(it);
+  if (was_claim) resumeWaitersLocked(key);
+}
+
+void PrefixCache::resumeWaitersLocked(const Digest& key) {
+  auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  for (StatePtr& w : it->second) {
+    w->phase = LeasePhase::kRunning;
+    io_->post([this, w] { advance(w); });
+  }
+  waiters_.erase(it);
 }
 
 bool PrefixCache::pinnedLocked(BlockId block) const {
@@ -222,7 +337,7 @@ std::vector<PrefixCache::Victim> PrefixCache::evictLocked(int32_t blocks_to_free
     if (budget_mode ? indexed_blocks_ <= budget_blocks : freed >= blocks_to_free) break;
     auto cur = std::prev(it);
     auto eit = index_.find(*cur);
-    assert(eit != index_.end());
+    LG_CHECK(eit != index_.end() && eit->second.state == State::kReady, "LRU list names a key that is not a ready entry");
     Entry& e = eit->second;
     if (pinnedLocked(e.block)) {
       it = cur;  // skip: a request is using it
@@ -242,7 +357,11 @@ void PrefixCache::finishEviction(std::vector<Victim>& victims) {
   for (Victim& v : victims) {
     if (v.write_back) {
       WriteBackItem item{v.key, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
-      if (backend_.exportBlock(v.block, item.latents).isOk()) (void)writer_->tryPush(std::move(item));
+      if (pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk()) {
+        (void)writer_->tryPush(std::move(item));
+      } else {
+        counters_->export_errors.fetch_add(1, std::memory_order_relaxed);
+      }
     }
     allocator_.release(v.block);
   }
@@ -252,8 +371,9 @@ void PrefixCache::finishEviction(std::vector<Victim>& victims) {
 void PrefixCache::writeThrough(const std::vector<Victim>& blocks) {
   for (const Victim& v : blocks) {
     WriteBackItem item{v.key, v.ids, std::vector<uint8_t>(block_bytes_)};
-    bool queued = backend_.exportBlock(v.block, item.latents).isOk() && writer_->tryPush(std::move(item));
-    if (queued) {
+    const bool exported = pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk();
+    if (!exported) counters_->export_errors.fetch_add(1, std::memory_order_relaxed);
+    if (exported && writer_->tryPush(std::move(item))) {
       counters_->write_through.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
@@ -290,233 +410,380 @@ int32_t PrefixCache::evictUnpinned(int32_t max_blocks) {
   return static_cast<int32_t>(victims.size());
 }
 
-PrefixLease PrefixCache::acquire(std::string_view ns, std::span<const int32_t> ids, const AcquireOptions& options) {
-  PrefixLease lease;
-  lease.cache_ = this;
-  lease.ns_ = std::string(ns);
-  lease.hit_ns_ = lease.ns_;
-  lease.ids_.assign(ids.begin(), ids.end());
-  lease.block_tokens_ = block_tokens_;
+// ---------------------------------------------------------------- one lookup
+
+PrefixLease PrefixCache::lookup(std::string_view ns, std::span<const int32_t> ids, LookupOptions options) {
+  auto st = std::make_shared<LeaseState>();
+  LeaseState& s = *st;
   const int32_t bt = block_tokens_;
   const int32_t n = static_cast<int32_t>(ids.size());
-  const int32_t n_full = n / bt;
-  const int32_t max_hit = n > 0 ? (n - 1) / bt : 0;  // the last prompt token is always computed
+  s.ns = std::string(ns);
+  s.hit_ns = s.ns;
+  s.ids.assign(ids.begin(), ids.end());
+  s.block_tokens = bt;
+  s.n_full = n / bt;
+  s.max_hit = n > 0 ? (n - 1) / bt : 0;
   // SHA-256 chains outside the lock.
-  lease.keys_ = chainBlockKeys(ns, model_, ids, bt);
-  std::vector<std::vector<Digest>> shared_keys;
-  for (const std::string& s : options.shared_namespaces) {
-    shared_keys.push_back(chainBlockKeys(s, model_, ids.first(static_cast<size_t>(max_hit) * bt), bt));
+  s.keys = chainBlockKeys(ns, model_, ids, bt);
+  for (const std::string& shared : options.shared_namespaces) {
+    s.shared_keys.push_back(chainBlockKeys(shared, model_, ids.first(static_cast<size_t>(s.max_hit) * bt), bt));
   }
-  const auto wait = options.in_flight_wait.count() < 0 ? options_.in_flight_wait : options.in_flight_wait;
-  const RestorePolicy policy = options.restore_policy ? *options.restore_policy : options_.restore_policy;
-  const bool through_on_hit = writer_ != nullptr && options_.write_through_hits > 0;
-  counters_->lookups.fetch_add(1, std::memory_order_relaxed);
-  counters_->prompt_tokens.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
-
-  const std::vector<Digest>* hit_keys = &lease.keys_;
-  std::vector<Victim> write_through;
-  int32_t i = 0, disk_end = 0;
+  s.wait = options.in_flight_wait.count() < 0 ? options_.in_flight_wait : options.in_flight_wait;
+  s.deadline = Clock::now() + s.wait;
+  s.policy = options.restore_policy.value_or(options_.restore_policy);
+  s.on_ready = std::move(options.on_ready);
+  s.hit_keys = &s.keys;
   {
-    std::unique_lock lock(mu_);
-    lease.id_ = next_lease_++;
-    if (!shared_keys.empty()) {
+    std::lock_guard lock(mu_);
+    s.id = next_lease_++;
+    if (!s.shared_keys.empty()) {
       // The chain (own or shared namespace) with the longest available prefix.
       auto available = [&](const std::vector<Digest>& keys) {
         int32_t k = 0;
-        while (k < max_hit) {
-          auto it = index_.find(keys[static_cast<size_t>(k)]);
+        while (k < s.max_hit) {
+          const Digest& key = keys[static_cast<size_t>(k)];
+          auto it = index_.find(key);
           const bool ready = it != index_.end() && it->second.state == State::kReady;
-          if (!ready && !(it == index_.end() && disk_ != nullptr && disk_->contains(keys[static_cast<size_t>(k)]))) break;
+          if (!ready && !(it == index_.end() && disk_ != nullptr && disk_->contains(key))) break;
           ++k;
         }
         return k;
       };
-      int32_t best = available(lease.keys_);
-      for (size_t s = 0; s < shared_keys.size(); ++s) {
-        if (const int32_t a = available(shared_keys[s]); a > best) {
+      int32_t best = available(s.keys);
+      for (size_t i = 0; i < s.shared_keys.size(); ++i) {
+        if (const int32_t a = available(s.shared_keys[i]); a > best) {
           best = a;
-          hit_keys = &shared_keys[s];
-          lease.hit_ns_ = options.shared_namespaces[s];
+          s.hit_keys = &s.shared_keys[i];
+          s.hit_ns = options.shared_namespaces[i];
         }
       }
     }
-    const auto deadline = Clock::now() + wait;
-    while (i < max_hit) {
-      const Digest& key = (*hit_keys)[static_cast<size_t>(i)];
+  }
+  PrefixLease lease(this, st);
+  advance(st);
+  return lease;
+}
+
+PrefixLease PrefixCache::acquire(std::string_view ns, std::span<const int32_t> ids, LookupOptions options) {
+  PrefixLease lease = lookup(ns, ids, std::move(options));
+  lease.wait();
+  return lease;
+}
+
+void PrefixCache::advance(const StatePtr& st) {
+  LeaseState& s = *st;
+  const int32_t bt = block_tokens_;
+  const bool through_on_hit = writer_ != nullptr && options_.write_through_hits > 0;
+  std::vector<Victim> write_through;
+  int32_t disk_end = 0;
+  {
+    std::unique_lock lock(mu_);
+    if (s.cancelled) {
+      s.phase = LeasePhase::kDone;
+      lock.unlock();
+      counters_->cancelled.fetch_add(1, std::memory_order_relaxed);
+      cleanUp(s);
+      return;
+    }
+    while (s.next < s.max_hit) {
+      const Digest& key = (*s.hit_keys)[static_cast<size_t>(s.next)];
       auto it = index_.find(key);
       if (it == index_.end()) break;
       Entry& e = it->second;
       if (e.state == State::kInFlight) {
-        // Another request is computing or restoring this block: wait for it
-        // to be published or abandoned rather than compute it twice.
-        if (wait.count() <= 0) break;
-        if (Clock::now() >= deadline) {
+        // Another request is computing or restoring this block: rather than
+        // compute it twice, park until it is published or abandoned (or the
+        // wait budget ends); the I/O pool resumes the walk here.
+        if (s.wait.count() <= 0) break;
+        if (Clock::now() >= s.deadline) {
           counters_->wait_timeouts.fetch_add(1, std::memory_order_relaxed);
           break;
         }
-        if (!lease.waited_) counters_->waits.fetch_add(1, std::memory_order_relaxed);
-        lease.waited_ = true;
-        changed_cv_.wait_until(lock, deadline);
-        continue;  // look at block i again
+        if (!s.waited) counters_->waits.fetch_add(1, std::memory_order_relaxed);
+        s.waited = true;
+        s.phase = LeasePhase::kWaiting;
+        s.awaited = key;
+        waiters_[key].push_back(st);
+        if (!s.deadline_timer) {
+          s.deadline_timer = true;
+          io_->postAt(s.deadline, [this, weak = std::weak_ptr<LeaseState>(st)] { onWaitDeadline(weak); });
+        }
+        lock.unlock();
+        writeThrough(write_through);
+        return;
       }
       allocator_.retain(e.block);
-      lease.blocks_.push_back(e.block);
+      s.blocks.push_back(e.block);
       ++e.hits;
       if (through_on_hit && !e.on_disk && e.hits >= static_cast<uint32_t>(options_.write_through_hits)) {
         e.on_disk = true;
         write_through.push_back(Victim{key, e.ids, e.block, true});
       }
-      ++i;
+      ++s.next;
     }
-    lease.tier0_blocks_ = i;
-    disk_end = i;
+    s.tier0_blocks = s.next;
+    disk_end = s.next;
     if (disk_ != nullptr) {
-      while (disk_end < max_hit && index_.count((*hit_keys)[static_cast<size_t>(disk_end)]) == 0 &&
-             disk_->contains((*hit_keys)[static_cast<size_t>(disk_end)])) {
+      while (disk_end < s.max_hit && index_.count((*s.hit_keys)[static_cast<size_t>(disk_end)]) == 0 &&
+             disk_->contains((*s.hit_keys)[static_cast<size_t>(disk_end)])) {
         ++disk_end;
       }
     }
     // Claim the prompt's remaining full blocks that nobody holds, so that
     // concurrent requests wait for this one instead of computing them too.
-    for (int32_t j = i; j < n_full; ++j) {
-      const Digest& key = lease.keys_[static_cast<size_t>(j)];
+    for (int32_t j = s.next; j < s.n_full; ++j) {
+      const Digest& key = s.keys[static_cast<size_t>(j)];
       if (index_.count(key) != 0) continue;
       Entry e;
       e.state = State::kInFlight;
-      e.owner = lease.id_;
-      e.ids.assign(ids.begin() + static_cast<ptrdiff_t>(j) * bt, ids.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
+      e.owner = s.id;
+      e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(j) * bt, s.ids.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
       index_.emplace(key, std::move(e));
-      lease.claimed_.push_back(j);
+      s.claimed.push_back(j);
       ++in_flight_;
     }
   }
   writeThrough(write_through);
 
-  if (disk_end > i) {
-    const uint64_t bytes = static_cast<uint64_t>(disk_end - i) * storedBlockBytes(geometry_, options_.stored_dtype);
-    lease.decision_ = cost_.decide(policy, bytes, int64_t{i} * bt, int64_t{disk_end} * bt);
-    if (lease.decision_.choice == RestoreChoice::kRestore) {
+  if (disk_end > s.next) {
+    const uint64_t bytes = static_cast<uint64_t>(disk_end - s.next) * storedBlockBytes(geometry_, options_.stored_dtype);
+    s.decision = cost_.decide(s.policy, bytes, int64_t{s.next} * bt, int64_t{disk_end} * bt);
+    if (s.decision.choice == RestoreChoice::kRestore) {
       counters_->decisions_restore.fetch_add(1, std::memory_order_relaxed);
-      const auto t0 = Clock::now();
-      uint64_t bytes_read = 0;
-      std::vector<BlockId> restored =
-          restore(std::span(*hit_keys).subspan(static_cast<size_t>(i), static_cast<size_t>(disk_end - i)), ids, i,
-                  &bytes_read);
-      lease.restore_seconds_ = secondsSince(t0);
-      lease.restore_bytes_ = bytes_read;
-      if (bytes_read > 0) cost_.observeRestore(bytes_read, lease.restore_seconds_);
-      counters_->restored.fetch_add(restored.size(), std::memory_order_relaxed);
-      counters_->restore_bytes.fetch_add(bytes_read, std::memory_order_relaxed);
-      counters_->restore_nanos.fetch_add(static_cast<uint64_t>(lease.restore_seconds_ * 1e9), std::memory_order_relaxed);
-      std::vector<BlockId> duplicates;
-      {
-        std::lock_guard lock(mu_);
-        for (size_t k = 0; k < restored.size(); ++k) {
-          const int32_t j = i + static_cast<int32_t>(k);
-          const Digest& key = (*hit_keys)[static_cast<size_t>(j)];
-          BlockId block = restored[k];
-          auto it = index_.find(key);
-          if (it == index_.end()) {
-            Entry e;
-            e.ids.assign(ids.begin() + static_cast<ptrdiff_t>(j) * bt, ids.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
-            it = index_.emplace(key, std::move(e)).first;
-            insertReadyLocked(key, it->second, block);
-          } else if (it->second.state == State::kInFlight && it->second.owner == lease.id_) {
-            insertReadyLocked(key, it->second, block);
-            eraseClaim(lease, j);
-          } else if (it->second.state == State::kReady) {
-            // Restored concurrently through a shared namespace: keep one copy.
-            duplicates.push_back(block);
-            block = it->second.block;
-            allocator_.retain(block);
-          }
-          it->second.on_disk = true;
-          lease.blocks_.push_back(block);
+      startRestore(st, disk_end);
+      return;
+    }
+    counters_->decisions_recompute.fetch_add(1, std::memory_order_relaxed);
+  }
+  finishLookup(st);
+}
+
+void PrefixCache::onWaitDeadline(const std::weak_ptr<LeaseState>& weak) {
+  StatePtr st = weak.lock();
+  if (st == nullptr) return;
+  {
+    std::lock_guard lock(mu_);
+    if (st->phase != LeasePhase::kWaiting) return;  // resumed already; the walk checks the deadline itself
+    auto it = waiters_.find(st->awaited);
+    if (it != waiters_.end()) {
+      std::erase(it->second, st);
+      if (it->second.empty()) waiters_.erase(it);
+    }
+    st->phase = LeasePhase::kRunning;
+  }
+  advance(st);  // finds the block still in flight, past the deadline: stops there
+}
+
+void PrefixCache::startRestore(const StatePtr& st, int32_t disk_end) {
+  auto job = std::make_shared<RestoreJob>();
+  job->st = st;
+  job->t0 = Clock::now();
+  job->first_block = st->next;
+  int32_t want = disk_end - st->next;
+  // All or nothing per attempt; a full pool restores a shorter prefix.
+  while (want > 0 && !allocator_.allocate(want, job->blocks).isOk()) want /= 2;
+  job->keys = std::span(*st->hit_keys).subspan(static_cast<size_t>(st->next), static_cast<size_t>(want));
+  job->imported.assign(job->keys.size(), 0);
+  job->stored_bytes = storedBlockBytes(geometry_, options_.stored_dtype);
+  // Chunks of ~4 MB: RocksDB reads (and, when enabled, checks) each blob on
+  // the reading thread, and the codec verifies every block, CPU work that
+  // scales with the pool's threads; cold reads overlap.
+  job->chunk = std::clamp<size_t>(kRestoreChunkBytes / std::max<size_t>(job->stored_bytes, 1), 1, 64);
+  job->chunks = (job->keys.size() + job->chunk - 1) / job->chunk;
+  job->first_failure.store(job->keys.size(), std::memory_order_relaxed);
+  if (job->chunks == 0) {
+    finishRestore(job);
+    return;
+  }
+  job->remaining.store(job->chunks, std::memory_order_relaxed);
+  for (size_t c = 0; c < job->chunks; ++c) io_->post([this, job, c] { restoreChunk(job, c); });
+}
+
+void PrefixCache::restoreChunk(const std::shared_ptr<RestoreJob>& job, size_t c) {
+  RestoreJob& j = *job;
+  const size_t begin = c * j.chunk;
+  if (begin < j.first_failure.load(std::memory_order_relaxed)) {
+    std::unique_ptr<RestoreScratch> scratch = takeScratch();
+    const engine::LatentLayout& layout = pool_.layout();
+    const size_t n = std::min(j.chunk, j.keys.size() - begin);
+    ReadBuffers& read = scratch->reads;
+    disk_->multiGet(j.keys.subspan(begin, n), read);
+    const std::span<const int32_t> ids = j.st->ids;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t idx = begin + k;
+      auto fail = [&] {
+        size_t seen = j.first_failure.load(std::memory_order_relaxed);
+        while (idx < seen && !j.first_failure.compare_exchange_weak(seen, idx, std::memory_order_relaxed)) {
         }
-        changed_cv_.notify_all();
+      };
+      if (!read.found[k]) {  // evicted or unreadable since the lookup
+        fail();
+        break;
       }
-      for (BlockId b : duplicates) allocator_.release(b);
-      lease.disk_blocks_ = static_cast<int32_t>(restored.size());
-    } else {
-      counters_->decisions_recompute.fetch_add(1, std::memory_order_relaxed);
+      const size_t block_index = static_cast<size_t>(j.first_block) + idx;
+      BlockIdentity identity{j.keys[idx], model_, ids.subspan(block_index * block_tokens_, block_tokens_)};
+      RejectReason reason{};
+      if (Status s = decodeBlock(read.values[k], geometry_, identity, scratch->f32, &reason); !s.isOk()) {
+        counters_->rejected[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+        cacheLog()->warn("{}; recomputing", s.message());
+        disk_->remove(j.keys[idx]);
+        fail();
+        break;
+      }
+      std::span<const uint8_t> pool_bytes;
+      if (layout.dtype == engine::LatentDType::kF32) {
+        pool_bytes = std::span(reinterpret_cast<const uint8_t*>(scratch->f32.data()), scratch->f32.size() * 4);
+      } else {
+        f32ToPool(layout, scratch->f32, scratch->pool);
+        pool_bytes = scratch->pool;
+      }
+      // Fresh blocks held by this job alone, which no request can see yet.
+      if (!pool_.importBlocks(std::span(&j.blocks[idx], 1), pool_bytes).isOk()) {
+        fail();
+        break;
+      }
+      j.imported[idx] = 1;
+    }
+    returnScratch(std::move(scratch));
+  }
+  if (j.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finishRestore(job);
+}
+
+void PrefixCache::finishRestore(const std::shared_ptr<RestoreJob>& job) {
+  RestoreJob& j = *job;
+  LeaseState& s = *j.st;
+  const int32_t bt = block_tokens_;
+  // The restored prefix ends at the first block that was not imported.
+  size_t ok = 0;
+  while (ok < j.keys.size() && j.imported[ok]) ++ok;
+  for (size_t k = ok; k < j.blocks.size(); ++k) allocator_.release(j.blocks[k]);
+  j.blocks.resize(ok);
+  s.restore_seconds = secondsSince(j.t0);
+  s.restore_bytes = static_cast<uint64_t>(ok) * j.stored_bytes;
+  if (s.restore_bytes > 0) cost_.observeRestore(s.restore_bytes, s.restore_seconds);
+  counters_->restored.fetch_add(ok, std::memory_order_relaxed);
+  counters_->restore_bytes.fetch_add(s.restore_bytes, std::memory_order_relaxed);
+  counters_->restore_nanos.fetch_add(static_cast<uint64_t>(s.restore_seconds * 1e9), std::memory_order_relaxed);
+  std::vector<BlockId> duplicates;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t k = 0; k < ok; ++k) {
+      const int32_t b = j.first_block + static_cast<int32_t>(k);
+      const Digest& key = (*s.hit_keys)[static_cast<size_t>(b)];
+      BlockId block = j.blocks[k];
+      auto it = index_.find(key);
+      if (it == index_.end()) {
+        Entry e;
+        e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(b) * bt, s.ids.begin() + static_cast<ptrdiff_t>(b + 1) * bt);
+        it = index_.emplace(key, std::move(e)).first;
+        insertReadyLocked(key, it->second, block);
+      } else if (it->second.state == State::kInFlight && it->second.owner == s.id) {
+        insertReadyLocked(key, it->second, block);
+        std::erase(s.claimed, b);
+      } else if (it->second.state == State::kReady) {
+        // Restored concurrently (through a shared namespace): keep one copy.
+        duplicates.push_back(block);
+        block = it->second.block;
+        allocator_.retain(block);
+      }
+      // Otherwise another request claimed the key meanwhile and will index
+      // its own copy; this lease is served from the block it restored.
+      it->second.on_disk = true;
+      s.blocks.push_back(block);
     }
   }
-  lease.hit_blocks_ = static_cast<int32_t>(lease.blocks_.size());
+  for (BlockId b : duplicates) allocator_.release(b);
+  s.disk_blocks = static_cast<int32_t>(ok);
+  finishLookup(j.st);
+}
 
-  const uint64_t tier0_tokens = static_cast<uint64_t>(lease.tier0_blocks_) * bt;
-  const uint64_t hit_tokens = static_cast<uint64_t>(lease.hit_blocks_) * bt;
+void PrefixCache::finishLookup(const StatePtr& st) {
+  LeaseState& s = *st;
+  const int32_t bt = block_tokens_;
+  const int32_t n = static_cast<int32_t>(s.ids.size());
+  s.hit_blocks = static_cast<int32_t>(s.blocks.size());
+  std::vector<Victim> victims;
+  bool cancelled = false;
+  {
+    std::lock_guard lock(mu_);
+    // Deepest first, so a prefix's first blocks are the most recently used.
+    for (int32_t k = s.hit_blocks - 1; k >= 0; --k) {
+      auto it = index_.find((*s.hit_keys)[static_cast<size_t>(k)]);
+      if (it != index_.end()) touchLocked(it->second, it->first);
+    }
+    victims = evictLocked(-1, std::numeric_limits<int32_t>::max());
+    cancelled = s.cancelled;
+    s.phase = cancelled ? LeasePhase::kDone : LeasePhase::kReady;
+  }
+  finishEviction(victims);
+  if (cancelled) {
+    counters_->cancelled.fetch_add(1, std::memory_order_relaxed);
+    cleanUp(s);
+    return;
+  }
+  // Counted when a lookup completes, so that a snapshot's token counts add
+  // up: prompt = tier-0 hits + disk hits + computed.
+  const uint64_t tier0_tokens = static_cast<uint64_t>(s.tier0_blocks) * bt;
+  const uint64_t hit_tokens = static_cast<uint64_t>(s.hit_blocks) * bt;
+  counters_->lookups.fetch_add(1, std::memory_order_relaxed);
+  counters_->prompt_tokens.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   counters_->tier0_hit.fetch_add(tier0_tokens, std::memory_order_relaxed);
   counters_->tier0_miss.fetch_add(static_cast<uint64_t>(n) - tier0_tokens, std::memory_order_relaxed);
   counters_->disk_hit.fetch_add(hit_tokens - tier0_tokens, std::memory_order_relaxed);
   counters_->disk_miss.fetch_add(static_cast<uint64_t>(n) - hit_tokens, std::memory_order_relaxed);
-
-  std::vector<Victim> victims;
   {
-    std::lock_guard lock(mu_);
-    // Deepest first, so a prefix's first blocks are the most recently used.
-    for (int32_t k = lease.hit_blocks_ - 1; k >= 0; --k) {
-      auto it = index_.find((*hit_keys)[static_cast<size_t>(k)]);
-      if (it != index_.end()) touchLocked(it->second, it->first);
-    }
-    victims = evictLocked(-1, std::numeric_limits<int32_t>::max());
+    std::lock_guard lock(s.ready_mu);
+    s.ready.store(true, std::memory_order_release);
   }
-  finishEviction(victims);
-  return lease;
+  s.ready_cv.notify_all();
+  if (s.on_ready) s.on_ready();
 }
 
-void PrefixCache::publish(PrefixLease& lease, std::span<const BlockId> blocks, int32_t filled_len) {
-  const int32_t bt = block_tokens_;
-  const int32_t n = std::min(filled_len / bt, static_cast<int32_t>(lease.keys_.size()));
-  if (n <= lease.published_upto_) return;
-  const bool through_now = writer_ != nullptr && options_.write_through_hits == 0;
-  std::vector<Victim> write_through;
-  std::vector<Victim> victims;
+void PrefixCache::releaseLease(const StatePtr& st) {
+  LeaseState& s = *st;
+  bool clean_now = false;
   {
     std::lock_guard lock(mu_);
-    for (int32_t j = lease.published_upto_; j < n; ++j) {
-      const Digest& key = lease.keys_[static_cast<size_t>(j)];
-      const BlockId block = blocks[static_cast<size_t>(j)];
-      auto it = index_.find(key);
-      if (it == index_.end()) {
-        Entry e;
-        e.ids.assign(lease.ids_.begin() + static_cast<ptrdiff_t>(j) * bt,
-                     lease.ids_.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
-        it = index_.emplace(key, std::move(e)).first;
-        insertReadyLocked(key, it->second, block);
-        counters_->published.fetch_add(1, std::memory_order_relaxed);
-      } else if (it->second.state == State::kInFlight && it->second.owner == lease.id_) {
-        insertReadyLocked(key, it->second, block);
-        eraseClaim(lease, j);
-        counters_->published.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        continue;  // already indexed, or claimed by another request that will publish it
-      }
-      if (through_now) {
-        it->second.on_disk = true;
-        write_through.push_back(Victim{key, it->second.ids, block, true});
-      }
+    switch (s.phase) {
+      case LeasePhase::kReady:
+        clean_now = true;
+        break;
+      case LeasePhase::kWaiting:
+        if (auto it = waiters_.find(s.awaited); it != waiters_.end()) {
+          std::erase(it->second, st);
+          if (it->second.empty()) waiters_.erase(it);
+        }
+        counters_->cancelled.fetch_add(1, std::memory_order_relaxed);
+        clean_now = true;
+        break;
+      case LeasePhase::kRunning:
+        s.cancelled = true;  // the step in progress cleans up when it ends
+        break;
+      case LeasePhase::kDone:
+        break;
     }
-    for (int32_t k = n - 1; k >= 0; --k) {
-      auto it = index_.find(lease.keys_[static_cast<size_t>(k)]);
-      if (it != index_.end()) touchLocked(it->second, it->first);
-    }
-    lease.published_upto_ = n;
-    changed_cv_.notify_all();
-    victims = evictLocked(-1, std::numeric_limits<int32_t>::max());
+    if (clean_now) s.phase = LeasePhase::kDone;
   }
-  writeThrough(write_through);  // the request still holds these blocks
-  finishEviction(victims);
+  if (clean_now) cleanUp(s);
 }
 
-void PrefixCache::abandon(PrefixLease& lease) {
-  if (lease.claimed_.empty()) return;
-  std::lock_guard lock(mu_);
-  for (int32_t j : lease.claimed_) {
-    auto it = index_.find(lease.keys_[static_cast<size_t>(j)]);
-    if (it != index_.end() && it->second.state == State::kInFlight && it->second.owner == lease.id_) eraseLocked(it);
+void PrefixCache::cleanUp(LeaseState& s) {
+  {
+    std::lock_guard lock(mu_);
+    abandonClaimsLocked(s);
   }
-  lease.claimed_.clear();
-  changed_cv_.notify_all();
+  if (!s.taken) {
+    for (BlockId b : s.blocks) allocator_.release(b);
+  }
+  s.blocks.clear();
+}
+
+void PrefixCache::abandonClaimsLocked(LeaseState& s) {
+  for (int32_t j : s.claimed) {
+    auto it = index_.find(s.keys[static_cast<size_t>(j)]);
+    if (it != index_.end() && it->second.state == State::kInFlight && it->second.owner == s.id) eraseLocked(it);
+  }
+  s.claimed.clear();
 }
 
 std::unique_ptr<PrefixCache::RestoreScratch> PrefixCache::takeScratch() {
@@ -530,7 +797,7 @@ std::unique_ptr<PrefixCache::RestoreScratch> PrefixCache::takeScratch() {
   }
   auto s = std::make_unique<RestoreScratch>();
   s->f32.resize(geometry_.values());
-  if (backend_.latentLayout().dtype != engine::LatentDType::kF32) s->pool.resize(block_bytes_);
+  if (pool_.layout().dtype != engine::LatentDType::kF32) s->pool.resize(block_bytes_);
   return s;
 }
 
@@ -539,90 +806,46 @@ void PrefixCache::returnScratch(std::unique_ptr<RestoreScratch> scratch) {
   if (spare_scratch_.size() < kSpareScratch) spare_scratch_.push_back(std::move(scratch));
 }
 
-std::vector<BlockId> PrefixCache::restore(std::span<const Digest> keys, std::span<const int32_t> ids,
-                                          int32_t first_block, uint64_t* bytes_read) {
-  std::vector<BlockId> blocks;
-  int32_t want = static_cast<int32_t>(keys.size());
-  // All or nothing per attempt; a full pool restores a shorter prefix.
-  while (want > 0 && !allocator_.allocate(want, blocks).isOk()) want /= 2;
-  if (want == 0) return blocks;
-  keys = keys.first(static_cast<size_t>(want));
-
-  // Chunks of ~4 MB, read and checked by one worker per core: RocksDB
-  // verifies each blob's CRC32c on the reading thread, CPU work that scales
-  // with cores, and cold reads overlap.
-  // Worker r takes chunks r, r + W, ...
-  const engine::LatentLayout& layout = backend_.latentLayout();
-  const size_t stored = storedBlockBytes(geometry_, options_.stored_dtype);
-  const size_t chunk = std::clamp<size_t>(kRestoreChunkBytes / std::max<size_t>(stored, 1), 1, 64);
-  const size_t chunks = (keys.size() + chunk - 1) / chunk;
-  const size_t workers =
-      std::min(chunks, std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxRestoreWorkers));
-  std::vector<uint8_t> imported(keys.size(), 0);
-  std::atomic<size_t> first_failure{keys.size()};  // chunks past it are not read
-  auto work = [&](size_t r) {
-    std::unique_ptr<RestoreScratch> scratch = takeScratch();
-    for (size_t c = r; c < chunks && c * chunk < first_failure.load(std::memory_order_relaxed); c += workers) {
-      const size_t begin = c * chunk;
-      const size_t n = std::min(chunk, keys.size() - begin);
-      ReadBuffers& read = scratch->reads;
-      disk_->multiGet(keys.subspan(begin, n), read);
-      for (size_t k = 0; k < n; ++k) {
-        const size_t idx = begin + k;
-        auto fail = [&] {
-          size_t seen = first_failure.load(std::memory_order_relaxed);
-          while (idx < seen && !first_failure.compare_exchange_weak(seen, idx, std::memory_order_relaxed)) {
-          }
-        };
-        if (!read.found[k]) {  // evicted or unreadable since the lookup
-          fail();
-          break;
-        }
-        const std::string& value = read.values[k];
-        const size_t block_index = static_cast<size_t>(first_block) + idx;
-        BlockIdentity identity{keys[idx], model_, ids.subspan(block_index * block_tokens_, block_tokens_)};
-        RejectReason reason{};
-        if (Status s = decodeBlock(value, geometry_, identity, scratch->f32, &reason); !s.isOk()) {
-          counters_->rejected[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
-          cacheLog()->warn("{}; recomputing", s.message());
-          disk_->remove(keys[idx]);
-          fail();
-          break;
-        }
-        std::span<const uint8_t> pool_bytes;
-        if (layout.dtype == engine::LatentDType::kF32) {
-          pool_bytes = std::span(reinterpret_cast<const uint8_t*>(scratch->f32.data()), scratch->f32.size() * 4);
-        } else {
-          f32ToPool(layout, scratch->f32, scratch->pool);
-          pool_bytes = scratch->pool;
-        }
-        // Each worker imports into its own blocks, which no request can see yet.
-        if (!backend_.importBlock(blocks[idx], pool_bytes).isOk()) {
-          fail();
-          break;
-        }
-        imported[idx] = 1;
+void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_t filled_len) {
+  const int32_t bt = block_tokens_;
+  const int32_t n = std::min(filled_len / bt, static_cast<int32_t>(s.keys.size()));
+  if (n <= s.published_upto) return;
+  const bool through_now = writer_ != nullptr && options_.write_through_hits == 0;
+  std::vector<Victim> write_through;
+  std::vector<Victim> victims;
+  {
+    std::lock_guard lock(mu_);
+    for (int32_t j = s.published_upto; j < n; ++j) {
+      const Digest& key = s.keys[static_cast<size_t>(j)];
+      const BlockId block = blocks[static_cast<size_t>(j)];
+      auto it = index_.find(key);
+      if (it == index_.end()) {
+        Entry e;
+        e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(j) * bt, s.ids.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
+        it = index_.emplace(key, std::move(e)).first;
+        insertReadyLocked(key, it->second, block);
+        counters_->published.fetch_add(1, std::memory_order_relaxed);
+      } else if (it->second.state == State::kInFlight && it->second.owner == s.id) {
+        insertReadyLocked(key, it->second, block);
+        std::erase(s.claimed, j);
+        counters_->published.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        continue;  // already indexed, or claimed by another request that will publish it
+      }
+      if (through_now) {
+        it->second.on_disk = true;
+        write_through.push_back(Victim{key, it->second.ids, block, true});
       }
     }
-    returnScratch(std::move(scratch));
-  };
-  std::vector<std::thread> threads;
-  for (size_t r = 1; r < workers; ++r) {
-    try {
-      threads.emplace_back(work, r);
-    } catch (const std::system_error&) {
-      work(r);  // no thread available: do its share here
+    for (int32_t k = n - 1; k >= 0; --k) {
+      auto it = index_.find(s.keys[static_cast<size_t>(k)]);
+      if (it != index_.end()) touchLocked(it->second, it->first);
     }
+    s.published_upto = n;
+    victims = evictLocked(-1, std::numeric_limits<int32_t>::max());
   }
-  work(0);
-  for (std::thread& t : threads) t.join();
-  // The restored prefix ends at the first block that was not imported.
-  size_t ok = 0;
-  while (ok < keys.size() && imported[ok]) ++ok;
-  *bytes_read += static_cast<uint64_t>(ok) * stored;
-  for (size_t k = ok; k < blocks.size(); ++k) allocator_.release(blocks[k]);
-  blocks.resize(ok);
-  return blocks;
+  writeThrough(write_through);  // the request still holds these blocks
+  finishEviction(victims);
 }
 
 Result<int32_t> PrefixCache::publishToNamespace(std::string_view from_ns, std::string_view to_ns,
@@ -644,7 +867,6 @@ Result<int32_t> PrefixCache::publishToNamespace(std::string_view from_ns, std::s
     ++published;
   }
   if (published == 0) return notFound("publishToNamespace: the prefix is not cached in namespace " + std::string(from_ns));
-  changed_cv_.notify_all();
   return published;
 }
 
@@ -671,17 +893,30 @@ Status PrefixCache::persistAll(bool flush_files) {
       pending.push_back(Victim{key, e.ids, e.block, true});
     }
   }
+  // Every block is exported, even after a failure, so that each reference
+  // taken above is released; a block that could not be exported is marked
+  // as not on disk again (eviction retries it) and reported.
+  Status first_error;
+  size_t queued = 0;
   for (Victim& v : pending) {
     WriteBackItem item{v.key, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
-    Status s = backend_.exportBlock(v.block, item.latents);
+    Status s = pool_.exportBlocks(std::span(&v.block, 1), item.latents);
     allocator_.release(v.block);
-    if (!s.isOk()) return s;
+    if (!s.isOk()) {
+      counters_->export_errors.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard lock(mu_);
+      if (auto it = index_.find(v.key); it != index_.end() && it->second.state == State::kReady) it->second.on_disk = false;
+      if (first_error.isOk()) first_error = s;
+      continue;
+    }
     writer_->push(std::move(item));
+    ++queued;
   }
-  counters_->write_through.fetch_add(pending.size(), std::memory_order_relaxed);
+  counters_->write_through.fetch_add(queued, std::memory_order_relaxed);
   writer_->drain();
   saveCostModel();
   const WriteBackStats ws = writer_->stats();
+  if (!first_error.isOk()) return first_error.withContext("persistAll: exporting a block");
   if (ws.write_errors > 0) return unavailable("persistAll: " + std::to_string(ws.write_errors) + " blocks failed to write");
   return flush_files ? disk_->flush() : Status::ok();
 }
@@ -700,6 +935,7 @@ CacheStats PrefixCache::snapshot() const {
   const Counters& c = *counters_;
   s.lookups = c.lookups.load();
   s.prompt_tokens = c.prompt_tokens.load();
+  s.cancelled_lookups = c.cancelled.load();
   s.tier0.hit_tokens = c.tier0_hit.load();
   s.tier0.miss_tokens = c.tier0_miss.load();
   s.tier0.evicted_blocks = c.tier0_evicted.load();
@@ -711,6 +947,7 @@ CacheStats PrefixCache::snapshot() const {
   s.in_flight_wait_timeouts = c.wait_timeouts.load();
   s.published_blocks = c.published.load();
   s.write_through_blocks = c.write_through.load();
+  s.export_errors = c.export_errors.load();
   s.restored_blocks = c.restored.load();
   s.restore_bytes = c.restore_bytes.load();
   s.restore_seconds = static_cast<double>(c.restore_nanos.load()) * 1e-9;

@@ -1,19 +1,26 @@
-// PrefixCache: the prefix index over the engine's block pool (tier 0) with the
-// RocksDB disk tier behind it. docs/cache.md describes the design.
+// PrefixCache: the prefix index over the engine's latent pool (tier 0) with
+// the RocksDB disk tier behind it. docs/cache.md describes the design.
 //
-// A request calls acquire(namespace, ids) and gets a PrefixLease:
-//   - the longest cached prefix in whole blocks, never the block holding the
-//     last prompt token's position if that would leave nothing to compute
-//     (hit tokens <= prompt_len - 1), found in tier 0 or restored from disk;
-//   - references to those blocks, which the request adopts
+// A request calls lookup(namespace, ids) and gets a PrefixLease, which is
+// either ready at once or pending; no call into the cache blocks its caller:
+//   - ready at once when the hit comes from tier 0 alone: the longest cached
+//     prefix in whole blocks (never the block holding the last prompt token's
+//     position if that would leave nothing to compute: hit tokens <=
+//     prompt_len - 1), pinned by references the request adopts
 //     (SequenceBlocks::adopt(lease.takeBlocks(), lease.cachedTokens()));
-//   - claims on the prompt's remaining full blocks: another request that
-//     needs them finds them "in flight" and waits (up to a timeout) until this
-//     lease publishes them or is destroyed;
-//   - what it did: hit blocks per tier, the restore-or-recompute decision.
+//   - pending while blocks are restored from disk (on the cache's I/O pool,
+//     io_pool.h) or while another request computes a block of the prefix
+//     ("in flight"): rather than compute it twice, the lookup resumes when
+//     that request publishes or abandons the block, or when its wait budget
+//     runs out. The lease becomes ready on an I/O thread; the caller polls
+//     ready() or is called back (LookupOptions::on_ready).
+//   - A ready lease holds claims on the prompt's remaining full blocks, so
+//     that concurrent requests for them wait for this one; and reports what
+//     it did: hit blocks per tier, the restore-or-recompute decision.
 // After the engine computed the rest, lease.publish(seq.blocks(), seq.length())
 // registers the newly filled full blocks (it may be called after every
-// prefill chunk; waiters wake as blocks appear).
+// prefill chunk; waiters resume as blocks appear). acquire() is lookup()
+// followed by wait(), for callers that may block (the CLI, benchmarks).
 //
 // Tier 0. The index holds one allocator reference per indexed block; a block
 // a request also holds (refCount above the index's own references) is pinned.
@@ -26,31 +33,37 @@
 // write-back thread (dropped and counted when its queue is full; never
 // blocking). A block reused write_through_hits times is written through, so a
 // restart keeps hot prefixes. On a tier-0 miss the consecutive blocks present
-// on disk are restored (RocksDB MultiGet in chunks, read, verified and
-// imported by up to one worker per core) when the cost model says that
-// beats recomputing them. A stored block whose header, tokens or checksum do
-// not match is deleted, counted by reason and recomputed, never served.
+// on disk are restored (RocksDB MultiGet in ~4 MB chunks, read, verified and
+// imported by the I/O pool's threads) when the cost model says that beats
+// recomputing them. A stored block whose header, tokens or checksum do not
+// match is deleted, counted by reason and recomputed, never served.
 //
 // Namespaces. Keys are chained inside a namespace (the team by default), so
 // tenants never share or time each other's blocks. publishToNamespace copies
 // a cached prefix into another namespace on purpose (a shared namespace an
 // admin publishes to); requests name the shared namespaces they may read in
-// AcquireOptions and always publish into their own.
+// LookupOptions and always publish into their own.
 //
-// Ownership and threads: the cache borrows the backend and the disk tier
-// (both must outlive it) and registers itself as the allocator's reclaimer.
-// Every method may be called from any thread. Leases must be destroyed
-// before the cache. The cache calls Backend::exportBlock/importBlock from the
-// calling threads, only on blocks no forward pass writes (full cached blocks,
-// or fresh blocks it has not handed out yet).
+// Ownership and threads: the cache borrows the latent pool and the disk tier
+// (both must outlive it), owns its I/O pool and write-back thread, and
+// registers itself as the allocator's reclaimer. Every method may be called
+// from any thread. Leases must be destroyed before the cache (a pending one
+// may be: its work finishes on the I/O pool, which the destructor drains).
+// The cache exports and imports blocks under the pool's contract
+// (latent_pool.h): it exports only full, indexed blocks it holds a reference
+// to, and imports only into fresh blocks no request can see yet.
+//
+// Invariants checked in every build (LG_CHECK): an index reference is never
+// dropped twice, and a claim is only ever turned into a block by its owner.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,9 +75,10 @@
 #include "cache/cost_model.h"
 #include "cache/disk_tier.h"
 #include "cache/fingerprint.h"
+#include "cache/io_pool.h"
 #include "cache/write_back.h"
 #include "common/status.h"
-#include "engine/backend.h"
+#include "engine/latent_pool.h"
 
 namespace lg::cache {
 
@@ -76,19 +90,31 @@ struct PrefixCacheOptions {
   size_t write_back_batch_blocks = 16;
   RestorePolicy restore_policy = RestorePolicy::kAuto;
   std::chrono::milliseconds in_flight_wait{60000};  // longest wait for another request's blocks
+  int io_threads = 0;  // restore threads; 0: one per core, at most 4 (see prefix_cache.cc)
   CostModelOptions cost;
 };
 
-struct AcquireOptions {
-  std::vector<std::string> shared_namespaces;  // also readable (published on purpose); the longest hit wins
+struct LookupOptions {
+  std::vector<std::string> shared_namespaces;   // also readable (published on purpose); the longest hit wins
   std::chrono::milliseconds in_flight_wait{-1};  // <0: the cache's default
-  const RestorePolicy* restore_policy = nullptr;  // nullptr: the cache's default
+  std::optional<RestorePolicy> restore_policy;   // empty: the cache's default
+  // Called exactly once, when the lease becomes ready: inside lookup() when
+  // nothing is pending, else on a cache I/O thread. Keep it short (post to
+  // the scheduler's queue); it may call into the cache.
+  std::function<void()> on_ready;
 };
 
 class PrefixCache;
+struct LeaseState;  // prefix_cache.cc
 
-// One request's view of the cache. Move-only. The destructor releases block
-// references not taken and abandons claims not published (waking waiters).
+// One request's view of the cache. Move-only. Destroying it releases the
+// block references not taken and abandons claims not published (resuming
+// waiters); destroying a pending lease cancels its lookup.
+//
+// Until ready(), only ready(), wait() and waitFor() may be called; the other
+// accessors stop the process when called early (they would race with the
+// I/O thread completing the lookup). An empty lease (default-constructed) is
+// ready and holds nothing.
 class PrefixLease {
  public:
   PrefixLease() = default;
@@ -98,16 +124,21 @@ class PrefixLease {
   PrefixLease(const PrefixLease&) = delete;
   PrefixLease& operator=(const PrefixLease&) = delete;
 
-  int32_t cachedTokens() const { return hit_blocks_ * block_tokens_; }
-  int32_t hitBlocks() const { return hit_blocks_; }
-  int32_t tier0Blocks() const { return tier0_blocks_; }
-  int32_t diskBlocks() const { return disk_blocks_; }  // restored from the disk tier
-  int32_t claimedBlocks() const { return static_cast<int32_t>(claimed_.size()); }
-  const Decision& decision() const { return decision_; }
-  double restoreSeconds() const { return restore_seconds_; }
-  uint64_t restoreBytes() const { return restore_bytes_; }
-  bool waited() const { return waited_; }
-  const std::string& hitNamespace() const { return hit_ns_; }
+  bool ready() const;
+  void wait() const;
+  // False if the lease is still pending after `timeout`.
+  bool waitFor(std::chrono::milliseconds timeout) const;
+
+  int32_t cachedTokens() const;
+  int32_t hitBlocks() const;
+  int32_t tier0Blocks() const;
+  int32_t diskBlocks() const;  // restored from the disk tier
+  int32_t claimedBlocks() const;
+  const Decision& decision() const;
+  double restoreSeconds() const;
+  uint64_t restoreBytes() const;
+  bool waited() const;
+  const std::string& hitNamespace() const;
 
   // The hit blocks, with one reference each, now owned by the caller (for
   // SequenceBlocks::adopt). Only the first call returns them.
@@ -117,30 +148,17 @@ class PrefixLease {
   // that lie inside the prompt and are not indexed yet. `blocks` is the
   // request's block table; the index takes its own reference to each block
   // it registers. Publishing again with a longer filled_len adds the rest.
+  // InvalidArgument on a pending or empty lease.
   Status publish(std::span<const engine::BlockId> blocks, int32_t filled_len);
 
  private:
   friend class PrefixCache;
+  PrefixLease(PrefixCache* cache, std::shared_ptr<LeaseState> state);
+  const LeaseState& readyState() const;
   void reset();
 
   PrefixCache* cache_ = nullptr;
-  uint64_t id_ = 0;
-  std::string ns_;      // publishes go here
-  std::string hit_ns_;  // where the hit blocks were found
-  std::vector<int32_t> ids_;
-  std::vector<Digest> keys_;  // ns_ chain keys of the prompt's full blocks
-  std::vector<engine::BlockId> blocks_;  // references held for the caller
-  bool taken_ = false;
-  std::vector<int32_t> claimed_;  // block indices claimed in flight, not yet published
-  int32_t published_upto_ = 0;
-  int32_t block_tokens_ = 0;
-  int32_t hit_blocks_ = 0;
-  int32_t tier0_blocks_ = 0;
-  int32_t disk_blocks_ = 0;
-  Decision decision_;
-  double restore_seconds_ = 0;
-  uint64_t restore_bytes_ = 0;
-  bool waited_ = false;
+  std::shared_ptr<LeaseState> state_;  // shared with the I/O pool while pending
 };
 
 class PrefixCache final : public CacheMetricsSource {
@@ -148,14 +166,17 @@ class PrefixCache final : public CacheMetricsSource {
   // `model` is the latent identity (latentIdentity() in model_fingerprint.h).
   // `disk` may be null (tier 0 only). Loads the cost model's last state from
   // the disk tier if it holds one.
-  static Result<std::unique_ptr<PrefixCache>> create(engine::Backend& backend, DiskTier* disk, const Digest& model,
+  static Result<std::unique_ptr<PrefixCache>> create(engine::LatentPool& pool, DiskTier* disk, const Digest& model,
                                                      const PrefixCacheOptions& options);
   ~PrefixCache() override;
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
-  // Never fails: whatever cannot be reused is computed by the caller.
-  PrefixLease acquire(std::string_view ns, std::span<const int32_t> ids, const AcquireOptions& options = {});
+  // Never fails and never blocks: whatever cannot be reused is computed by
+  // the caller. The lease may be pending (see the top of this file).
+  PrefixLease lookup(std::string_view ns, std::span<const int32_t> ids, LookupOptions options = {});
+  // lookup() and wait(): for callers that may block.
+  PrefixLease acquire(std::string_view ns, std::span<const int32_t> ids, LookupOptions options = {});
 
   // Makes the cached blocks of ids' prefix in `from_ns` available under
   // `to_ns` too (same tier-0 blocks, no copy). Reports how many blocks
@@ -169,7 +190,7 @@ class PrefixCache final : public CacheMetricsSource {
   // Writes every indexed block that is not on disk yet, waits for the writer,
   // saves the cost model and, with flush_files, flushes RocksDB's memtables
   // into its files. For shutdown and `latentgate forward` (write-through at
-  // exit). FailedPrecondition-like Unavailable when there is no disk tier.
+  // exit). Unavailable when there is no disk tier.
   Status persistAll(bool flush_files = true);
 
   // Evicts up to max_blocks unpinned blocks (least recently used first),
@@ -178,7 +199,7 @@ class PrefixCache final : public CacheMetricsSource {
 
   CacheStats snapshot() const override;
   const CostModel& costModel() const { return cost_; }
-  WriteBack* writer() { return writer_.get(); }  // null without a disk tier
+  WriteBack* writerForTest() { return writer_.get(); }  // null without a disk tier
   int32_t blockTokens() const { return block_tokens_; }
   const Digest& model() const { return model_; }
 
@@ -194,26 +215,30 @@ class PrefixCache final : public CacheMetricsSource {
     bool on_disk = false;        // written or queued to the disk tier
     std::list<Digest>::iterator lru;
   };
+  using Index = std::unordered_map<Digest, Entry, DigestHash>;
   struct Victim {
     Digest key;
     std::vector<int32_t> ids;
     engine::BlockId block = -1;
     bool write_back = false;
   };
-  // Buffers one restore worker reads and decodes into, reused by later
+  // Buffers one restore task reads and decodes into, reused by later
   // restores so that a restore allocates nothing (disk_tier.h, ReadBuffers).
   struct RestoreScratch {
     ReadBuffers reads;          // one MultiGet chunk
     std::vector<float> f32;     // one decoded block
     std::vector<uint8_t> pool;  // one block in the pool's dtype when that is not F32
   };
+  struct RestoreJob;
+  using StatePtr = std::shared_ptr<LeaseState>;
 
-  PrefixCache(engine::Backend& backend, DiskTier* disk, const Digest& model, const PrefixCacheOptions& options);
+  PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest& model, const PrefixCacheOptions& options);
 
-  // All *Locked methods need mu_.
+  // --- the index; every *Locked method needs mu_.
   void touchLocked(Entry& e, const Digest& key);
   void insertReadyLocked(const Digest& key, Entry& e, engine::BlockId block);
-  void eraseLocked(std::unordered_map<Digest, Entry, DigestHash>::iterator it);
+  void eraseLocked(Index::iterator it);
+  void dropIndexRefLocked(engine::BlockId block);
   bool pinnedLocked(engine::BlockId block) const;
   // Picks victims: entries until `blocks_to_free` blocks would be freed, or
   // until the indexed bytes fit the budget (blocks_to_free < 0).
@@ -222,21 +247,33 @@ class PrefixCache final : public CacheMetricsSource {
   void finishEviction(std::vector<Victim>& victims);
   // Exports pinned blocks for write-through (the caller holds a reference).
   void writeThrough(const std::vector<Victim>& blocks);
-
   int32_t reclaim(int32_t needed);  // returns the blocks freed
-  // Restores keys' blocks from the disk tier into fresh pool blocks; returns
-  // the blocks of the longest verified prefix of `keys` (references owned by
-  // the caller).
-  std::vector<engine::BlockId> restore(std::span<const Digest> keys, std::span<const int32_t> ids, int32_t first_block,
-                                       uint64_t* bytes_read);
+  // Resumes the lookups waiting for `key` (it was published or abandoned).
+  void resumeWaitersLocked(const Digest& key);
+
+  // --- one lookup, as a sequence of steps that each run without blocking.
+  // Walks tier 0 from where the lookup stopped; registers a wait, starts a
+  // restore or finishes.
+  void advance(const StatePtr& st);
+  void onWaitDeadline(const std::weak_ptr<LeaseState>& weak);
+  void startRestore(const StatePtr& st, int32_t disk_end);
+  void restoreChunk(const std::shared_ptr<RestoreJob>& job, size_t chunk);
+  void finishRestore(const std::shared_ptr<RestoreJob>& job);
+  // Counts, touches and evicts, then makes the lease ready (or cleans up a
+  // cancelled one).
+  void finishLookup(const StatePtr& st);
+  // Cancels a lease (from its destructor): cleans up now, or lets the step
+  // in progress do it.
+  void releaseLease(const StatePtr& st);
+  void cleanUp(LeaseState& st);
+  void abandonClaimsLocked(LeaseState& st);
+
   std::unique_ptr<RestoreScratch> takeScratch();
   void returnScratch(std::unique_ptr<RestoreScratch> scratch);
-  void publish(PrefixLease& lease, std::span<const engine::BlockId> blocks, int32_t filled_len);
-  void abandon(PrefixLease& lease);
-  static void eraseClaim(PrefixLease& lease, int32_t block_index);
+  void publish(LeaseState& st, std::span<const engine::BlockId> blocks, int32_t filled_len);
   void saveCostModel();
 
-  engine::Backend& backend_;
+  engine::LatentPool& pool_;
   engine::BlockAllocator& allocator_;
   DiskTier* disk_;
   const Digest model_;
@@ -248,19 +285,21 @@ class PrefixCache final : public CacheMetricsSource {
   std::unique_ptr<WriteBack> writer_;  // null without a disk tier
 
   mutable std::mutex mu_;
-  std::condition_variable changed_cv_;  // a claim was published or abandoned
-  std::unordered_map<Digest, Entry, DigestHash> index_;  // guarded by mu_
-  std::list<Digest> lru_;                                // guarded by mu_: ready entries, most recent first
-  std::vector<int32_t> index_refs_;                      // guarded by mu_: index references per block
-  uint64_t indexed_blocks_ = 0;                          // guarded by mu_: blocks with index_refs_ > 0
-  uint64_t in_flight_ = 0;                               // guarded by mu_
-  uint64_t next_lease_ = 1;                              // guarded by mu_
+  Index index_;                                   // guarded by mu_
+  std::list<Digest> lru_;                         // guarded by mu_: ready entries, most recent first
+  std::vector<int32_t> index_refs_;               // guarded by mu_: index references per block
+  uint64_t indexed_blocks_ = 0;                   // guarded by mu_: blocks with index_refs_ > 0
+  uint64_t in_flight_ = 0;                        // guarded by mu_
+  uint64_t next_lease_ = 1;                       // guarded by mu_
+  std::unordered_map<Digest, std::vector<StatePtr>, DigestHash> waiters_;  // guarded by mu_: by awaited key
 
   std::mutex scratch_mu_;
   std::vector<std::unique_ptr<RestoreScratch>> spare_scratch_;  // guarded by scratch_mu_
 
   struct Counters;
   std::unique_ptr<Counters> counters_;
+  // Last: destroyed (drained) first, while everything its tasks use exists.
+  std::unique_ptr<IoPool> io_;
 };
 
 }  // namespace lg::cache

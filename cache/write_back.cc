@@ -61,7 +61,7 @@ void WriteBack::drain() {
   space_cv_.wait(lock, [&] { return done_ >= target; });
 }
 
-void WriteBack::setPaused(bool paused) {
+void WriteBack::setPausedForTest(bool paused) {
   {
     std::lock_guard lock(mu_);
     paused_ = paused;

@@ -24,14 +24,14 @@
 #include "cache/block_codec.h"
 #include "cache/disk_tier.h"
 #include "cache/fingerprint.h"
-#include "engine/backend.h"
+#include "engine/latent_pool.h"
 
 namespace lg::cache {
 
 struct WriteBackItem {
   Digest key;
   std::vector<int32_t> ids;      // the block's block_tokens token ids
-  std::vector<uint8_t> latents;  // the block as exportBlock wrote it (pool layout and dtype)
+  std::vector<uint8_t> latents;  // the block as LatentPool::exportBlocks wrote it (pool layout and dtype)
 };
 
 struct WriteBackOptions {
@@ -65,8 +65,9 @@ class WriteBack {
   // Returns once everything queued before the call has been written (do not
   // call while paused).
   void drain();
-  // Holds the writer between batches (maintenance, and tests of a full queue).
-  void setPaused(bool paused);
+  // Holds the writer between batches (tests of a full queue and of a crash
+  // with a backlog).
+  void setPausedForTest(bool paused);
 
   WriteBackStats stats() const;
   StoredDType storedDType() const { return options_.stored_dtype; }

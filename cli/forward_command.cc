@@ -87,7 +87,7 @@ Result<ForwardCache> openCache(const Config& config, const ForwardArgs& args, en
   options.write_back_batch_blocks = static_cast<size_t>(config.cache.write_back_batch_blocks);
   LG_ASSIGN_OR_RETURN(options.restore_policy, cache::parseRestorePolicy(config.cache.restore_policy));
   options.in_flight_wait = std::chrono::milliseconds(config.cache.in_flight_wait_ms);
-  LG_ASSIGN_OR_RETURN(c.index, cache::PrefixCache::create(backend, c.disk.get(), identity, options));
+  LG_ASSIGN_OR_RETURN(c.index, cache::PrefixCache::create(backend.latentPool(), c.disk.get(), identity, options));
   return c;
 }
 

@@ -14,14 +14,13 @@
 // always builds; a CUDA backend implements the same interface, and only it and
 // kernels/ include CUDA headers.
 //
-// Latent layout: block b holds, for every layer, the latents of positions
-// [i*block_tokens, (i+1)*block_tokens) of the sequence whose table lists b at
-// index i: [layers][block_tokens][kv_lora_rank + rope_dim] (normed c_kv, then
-// roped k_pe, interleaved pairs) in the pool's dtype. exportBlock/importBlock
-// move exactly these bytes, so the cache can store and restore blocks without
-// knowing the backend's memory.
+// The latent block pool (latent_pool.h) belongs to the backend; the prefix
+// cache and SequenceBlocks see only that interface.
 //
-// Thread-safety: a Backend is used by one thread at a time (the engine thread).
+// Thread-safety: forward() and run() are called by one thread at a time (the
+// engine thread). latentPool() and the const accessors may be called from any
+// thread; the pool's own contract (latent_pool.h) says which blocks other
+// threads may read and write while a forward pass runs.
 #pragma once
 
 #include <cstddef>
@@ -33,30 +32,10 @@
 
 #include "common/status.h"
 #include "engine/block_allocator.h"
+#include "engine/latent_pool.h"
 #include "engine/model/model.h"
 
 namespace lg::engine {
-
-enum class LatentDType { kF32, kBF16 };
-
-struct LatentLayout {
-  int32_t layers = 0;
-  int32_t block_tokens = 0;
-  int32_t kv_lora_rank = 0;
-  int32_t latent_dim = 0;  // kv_lora_rank + qk_rope_head_dim
-  LatentDType dtype = LatentDType::kBF16;
-
-  size_t elementBytes() const { return dtype == LatentDType::kF32 ? 4 : 2; }
-  // Element offset of (layer, slot) inside a block.
-  size_t offset(int32_t layer, int32_t slot) const {
-    return (static_cast<size_t>(layer) * block_tokens + slot) * static_cast<size_t>(latent_dim);
-  }
-  size_t blockBytes() const {
-    return static_cast<size_t>(layers) * block_tokens * static_cast<size_t>(latent_dim) * elementBytes();
-  }
-  // Bytes one token occupies across all layers.
-  size_t tokenBytes() const { return static_cast<size_t>(layers) * latent_dim * elementBytes(); }
-};
 
 enum class LogitsWanted { kNone, kLast, kAll };
 
@@ -111,11 +90,14 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual const Model& model() const = 0;
   const ModelConfig& config() const { return model().config(); }
-  virtual const LatentLayout& latentLayout() const = 0;
+  virtual LatentPool& latentPool() = 0;
+  virtual const LatentPool& latentPool() const = 0;
   virtual int maxContext() const = 0;
   virtual int64_t maxBatchTokens() const = 0;
-  virtual BlockAllocator& blocks() = 0;
-  virtual const BlockAllocator& blocks() const = 0;
+  // Shorthands for the pool's layout and allocator.
+  const LatentLayout& latentLayout() const { return latentPool().layout(); }
+  BlockAllocator& blocks() { return latentPool().allocator(); }
+  const BlockAllocator& blocks() const { return latentPool().allocator(); }
 
   // Validates the batch (token ids, lengths, block tables, shared blocks) and
   // runs it. On error nothing was written.
@@ -123,11 +105,6 @@ class Backend {
 
   // Runs a plan made by planForward against this backend's pool.
   virtual Status run(const ForwardPlan& plan, ForwardOutput& out) = 0;
-
-  // Block contents in the documented layout; `bytes` must be blockBytes() long.
-  virtual Status exportBlock(BlockId id, std::span<uint8_t> bytes) const = 0;
-  virtual Status importBlock(BlockId id, std::span<const uint8_t> bytes) = 0;
-  virtual Status copyBlock(BlockId src, BlockId dst) = 0;
 };
 
 }  // namespace lg::engine

@@ -1,8 +1,9 @@
 #include "engine/block_allocator.h"
 
 #include <algorithm>
-#include <cassert>
 #include <string>
+
+#include "common/check.h"
 
 namespace lg::engine {
 
@@ -57,14 +58,22 @@ Status BlockAllocator::allocate(int32_t n, std::vector<BlockId>& out) {
                            " free of " + std::to_string(capacity()));
 }
 
+// Reference-count mistakes are checked in every build: a count that rises
+// from zero or goes below it means a block is on the free list while
+// someone still reads it, or is handed out twice, and the pool would serve
+// one sequence's latents to another.
 void BlockAllocator::retain(BlockId id) {
-  assert(isLive(id));
-  refs_[static_cast<size_t>(id)].fetch_add(1, std::memory_order_acq_rel);
+  LG_CHECK(id >= 0 && id < capacity_, "retain of block ", id, " outside a pool of ", capacity_, " blocks");
+  const int32_t before = refs_[static_cast<size_t>(id)].fetch_add(1, std::memory_order_acq_rel);
+  LG_CHECK(before > 0, "retain of free block ", id, " (reference count was ", before, ")");
 }
 
 void BlockAllocator::release(BlockId id) {
-  assert(isLive(id));
-  if (refs_[static_cast<size_t>(id)].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+  LG_CHECK(id >= 0 && id < capacity_, "release of block ", id, " outside a pool of ", capacity_, " blocks");
+  const int32_t before = refs_[static_cast<size_t>(id)].fetch_sub(1, std::memory_order_acq_rel);
+  LG_CHECK(before > 0, "release of free block ", id, " (reference count was ", before,
+           "): a double release would put it on the free list twice");
+  if (before == 1) {
     std::lock_guard lock(mu_);
     free_.push_back(id);
   }

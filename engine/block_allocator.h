@@ -55,9 +55,11 @@ class BlockAllocator {
   Result<BlockId> allocate();
   // n fresh blocks appended to `out`, all or none.
   Status allocate(int32_t n, std::vector<BlockId>& out);
-  // Adds a reference to a live block.
+  // Adds a reference to a live block. Retaining a free block or one outside
+  // the pool stops the process (LG_CHECK, release builds too).
   void retain(BlockId id);
   // Drops a reference; the block returns to the free list at zero.
+  // Releasing a free block (a double release) stops the process.
   void release(BlockId id);
   int32_t refCount(BlockId id) const;
   bool isLive(BlockId id) const { return refCount(id) > 0; }

@@ -26,7 +26,10 @@ namespace lg::engine {
 
 class SequenceBlocks {
  public:
-  explicit SequenceBlocks(Backend& backend) : backend_(&backend) {}
+  // A sequence of at most max_context positions in `pool`.
+  SequenceBlocks(LatentPool& pool, int32_t max_context) : pool_(&pool), max_context_(max_context) {}
+  // A sequence in the backend's pool, bounded by its context.
+  explicit SequenceBlocks(Backend& backend) : SequenceBlocks(backend.latentPool(), backend.maxContext()) {}
   ~SequenceBlocks() { reset(); }
   SequenceBlocks(SequenceBlocks&& other) noexcept;
   SequenceBlocks& operator=(SequenceBlocks&& other) noexcept;
@@ -56,7 +59,8 @@ class SequenceBlocks {
   void reset();
 
  private:
-  Backend* backend_;
+  LatentPool* pool_;
+  int32_t max_context_;
   std::vector<BlockId> blocks_;
   int32_t length_ = 0;
 };

@@ -258,7 +258,7 @@ Stack openStack(engine::Backend& backend, const Digest& identity, const std::str
   d.path = store;
   d.verify_store_checksums = verify_store_checksums;
   s.disk = orDie(DiskTier::open(d));
-  s.cache = orDie(PrefixCache::create(backend, s.disk.get(), identity, options));
+  s.cache = orDie(PrefixCache::create(backend.latentPool(), s.disk.get(), identity, options));
   return s;
 }
 

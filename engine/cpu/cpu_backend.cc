@@ -1,7 +1,5 @@
 #include "engine/cpu/cpu_backend.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -9,6 +7,7 @@
 #include <vector>
 
 #include "engine/cpu/host_buffer.h"
+#include "engine/cpu/host_latent_pool.h"
 #include "engine/cpu/linear.h"
 #include "engine/cpu/mla_attention.h"
 #include "engine/cpu/moe.h"
@@ -23,34 +22,6 @@ namespace {
 using cpu::LinearProblem;
 using cpu::WeightLayout;
 
-// Anonymous, lazily committed memory for the block pool.
-class HostRegion {
- public:
-  HostRegion() = default;
-  ~HostRegion() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-  HostRegion(const HostRegion&) = delete;
-  HostRegion& operator=(const HostRegion&) = delete;
-
-  Status map(size_t size) {
-    size_ = std::max<size_t>(size, 1);
-    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-      data_ = nullptr;
-      return resourceExhausted("cannot map " + std::to_string(size_) + " bytes for the latent block pool");
-    }
-    data_ = static_cast<uint8_t*>(p);
-    ::madvise(p, size_, MADV_HUGEPAGE);
-    return Status::ok();
-  }
-  uint8_t* data() const { return data_; }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 // Activation buffers, grown to the largest batch seen and reused.
 struct Activations {
   cpu::HostBuffer<float> x, h, q_a, q, kv_a, q_cat, o_lat, o_v, final_h, rope_cos, rope_sin;
@@ -64,70 +35,34 @@ T* sized(cpu::HostBuffer<T>& v, int64_t n) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(std::unique_ptr<Model> model, const BackendOptions& options, int max_context, int64_t num_blocks)
+  CpuBackend(std::unique_ptr<Model> model, const BackendOptions& options, int max_context,
+             std::unique_ptr<HostLatentPool> latents)
       : model_(std::move(model)),
         pool_(options.threads),
-        allocator_(static_cast<int32_t>(num_blocks)),
+        latents_(std::move(latents)),
+        layout_(latents_->layout()),
         max_context_(max_context),
         max_batch_tokens_(options.max_batch_tokens),
-        rope_(computeRope(model_->config())) {
-    const ModelConfig& c = model_->config();
-    layout_.layers = c.num_hidden_layers;
-    layout_.block_tokens = options.block_tokens;
-    layout_.kv_lora_rank = c.kv_lora_rank;
-    layout_.latent_dim = c.latentDim();
-    layout_.dtype = options.latent_dtype;
-  }
-
-  Status init() { return region_.map(layout_.blockBytes() * static_cast<size_t>(allocator_.capacity())); }
+        rope_(computeRope(model_->config())) {}
 
   std::string_view name() const override { return "cpu"; }
   const Model& model() const override { return *model_; }
-  const LatentLayout& latentLayout() const override { return layout_; }
+  LatentPool& latentPool() override { return *latents_; }
+  const LatentPool& latentPool() const override { return *latents_; }
   int maxContext() const override { return max_context_; }
   int64_t maxBatchTokens() const override { return max_batch_tokens_; }
-  BlockAllocator& blocks() override { return allocator_; }
-  const BlockAllocator& blocks() const override { return allocator_; }
 
   Status run(const ForwardPlan& plan, ForwardOutput& out) override;
   Status runLayers(const ForwardPlan& plan, ForwardOutput& out);
 
-  Status exportBlock(BlockId id, std::span<uint8_t> bytes) const override {
-    LG_RETURN_IF_ERROR(checkBlock(id, bytes.size()));
-    std::memcpy(bytes.data(), blockData(id), layout_.blockBytes());
-    return Status::ok();
-  }
-  Status importBlock(BlockId id, std::span<const uint8_t> bytes) override {
-    LG_RETURN_IF_ERROR(checkBlock(id, bytes.size()));
-    std::memcpy(blockData(id), bytes.data(), layout_.blockBytes());
-    return Status::ok();
-  }
-  Status copyBlock(BlockId src, BlockId dst) override {
-    LG_RETURN_IF_ERROR(checkBlock(src, layout_.blockBytes()));
-    LG_RETURN_IF_ERROR(checkBlock(dst, layout_.blockBytes()));
-    if (allocator_.refCount(dst) > 1) return invalidArgument("copyBlock: destination block is shared");
-    std::memcpy(blockData(dst), blockData(src), layout_.blockBytes());
-    return Status::ok();
-  }
-
  private:
-  uint8_t* blockData(BlockId id) const { return region_.data() + static_cast<size_t>(id) * layout_.blockBytes(); }
-  Status checkBlock(BlockId id, size_t bytes) const {
-    if (!allocator_.isLive(id)) return invalidArgument("block " + std::to_string(id) + " is not allocated");
-    if (bytes != layout_.blockBytes()) {
-      return invalidArgument("block buffer is " + std::to_string(bytes) + " bytes, expected " +
-                             std::to_string(layout_.blockBytes()));
-    }
-    return Status::ok();
-  }
   void attentionLayer(const ForwardPlan& plan, int layer_index, int64_t T);
   void storeLatents(const ForwardPlan& plan, int layer_index, int64_t T);
 
   std::unique_ptr<Model> model_;
   ThreadPool pool_;
-  BlockAllocator allocator_;
-  LatentLayout layout_;
-  HostRegion region_;
+  std::unique_ptr<HostLatentPool> latents_;
+  const LatentLayout& layout_;
   int max_context_;
   int64_t max_batch_tokens_;
   RopeParams rope_;
@@ -148,7 +83,7 @@ void CpuBackend::storeLatents(const ForwardPlan& plan, int layer_index, int64_t 
     float* row = a_.kv_a.data() + t * D;
     cpu::rmsNorm(row, l.kv_a_norm.data(), row, c.kv_lora_rank, static_cast<float>(c.rms_norm_eps));
     applyRope(row + c.kv_lora_rank, a_.rope_cos.data() + t * half, a_.rope_sin.data() + t * half, half);
-    uint8_t* dst = blockData(plan.write_block[static_cast<size_t>(t)]) +
+    uint8_t* dst = latents_->blockData(plan.write_block[static_cast<size_t>(t)]) +
                    layout_.offset(layer_index, plan.write_slot[static_cast<size_t>(t)]) * layout_.elementBytes();
     if (layout_.dtype == LatentDType::kF32) {
       std::memcpy(dst, row, static_cast<size_t>(D) * sizeof(float));
@@ -222,7 +157,7 @@ void CpuBackend::attentionLayer(const ForwardPlan& plan, int layer_index, int64_
                     std::span<const BlockId>(s.blocks)});
   }
   const auto attention_start = std::chrono::steady_clock::now();
-  cpu::mlaAttention(pool_, cpu::LatentPoolView{region_.data(), layout_}, layer_index, static_cast<int32_t>(H), seqs);
+  cpu::mlaAttention(pool_, cpu::LatentPoolView{latents_->data(), layout_}, layer_index, static_cast<int32_t>(H), seqs);
   attention_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - attention_start).count();
   for (const PlannedSequence& s : plan.sequences) {
     // Query i of a sequence scores cached_len + i + 1 keys: D MACs each, then kv MACs for the output.
@@ -313,9 +248,14 @@ Result<std::unique_ptr<Backend>> createCpuBackend(std::unique_ptr<Model> model, 
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) num_blocks = 4 * ((int64_t{max_context} + options.block_tokens - 1) / options.block_tokens);
   if (num_blocks > (int64_t{1} << 30)) return invalidArgument("num_blocks too large");
-  auto backend = std::make_unique<CpuBackend>(std::move(model), options, max_context, num_blocks);
-  LG_RETURN_IF_ERROR(backend->init());
-  return std::unique_ptr<Backend>(std::move(backend));
+  LatentLayout layout;
+  layout.layers = c.num_hidden_layers;
+  layout.block_tokens = options.block_tokens;
+  layout.kv_lora_rank = c.kv_lora_rank;
+  layout.latent_dim = c.latentDim();
+  layout.dtype = options.latent_dtype;
+  LG_ASSIGN_OR_RETURN(auto latents, HostLatentPool::create(layout, static_cast<int32_t>(num_blocks)));
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(std::move(model), options, max_context, std::move(latents)));
 }
 
 }  // namespace lg::engine

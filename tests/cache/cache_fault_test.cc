@@ -229,7 +229,7 @@ TEST(CacheCrashTest, ChildWritesUntilKilled) {
   o.tier0_budget_bytes = 24 * backend->latentLayout().blockBytes();
   o.write_back_queue_blocks = 512;
   o.write_back_batch_blocks = 4;
-  auto cache = PrefixCache::create(*backend, disk->get(), latentIdentity(fp->digest, backend->latentLayout()), o);
+  auto cache = PrefixCache::create(backend->latentPool(), disk->get(), latentIdentity(fp->digest, backend->latentLayout()), o);
   ASSERT_TRUE(cache.isOk());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // never outlive a dead parent long
   for (int i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
@@ -240,11 +240,11 @@ TEST(CacheCrashTest, ChildWritesUntilKilled) {
     ASSERT_TRUE(engine::runForwardFrom(*backend, seq, ids, {}).isOk());
     ASSERT_TRUE(lease.publish(seq.blocks(), seq.length()).isOk());
     std::printf("done %d\n", i);
-    WriteBack& writer = *(*cache)->writer();
-    if (i == kKillAfter - kBacklogSequences) writer.setPaused(true);
+    WriteBack& writer = *(*cache)->writerForTest();
+    if (i == kKillAfter - kBacklogSequences) writer.setPausedForTest(true);
     if (i == kKillAfter) {
       const uint64_t before = writer.stats().written_blocks;
-      writer.setPaused(false);
+      writer.setPausedForTest(false);
       while (writer.stats().written_blocks == before) std::this_thread::yield();  // writing has resumed
     }
     const WriteBackStats w = writer.stats();

@@ -1,6 +1,6 @@
 // Helpers shared by the prefix cache tests (also compiled into the
 // ThreadSanitizer test): temp dirs and one simulated request over a
-// MemoryBackend.
+// FakeLatentPool.
 #pragma once
 
 #include <stdlib.h>
@@ -11,9 +11,12 @@
 
 #include "cache/prefix_cache.h"
 #include "engine/sequence_blocks.h"
-#include "tests/cache/memory_backend.h"
+#include "tests/support/fake_latent_pool.h"
 
 namespace lg::cache::testing {
+
+using lg::testing::FakeLatentPool;
+using lg::testing::smallLayout;
 
 class ScopedTempDir {
  public:
@@ -33,8 +36,8 @@ class ScopedTempDir {
 
 // The content key of each whole block: depends on the tokens only, never on
 // the namespace, like real latents.
-inline std::vector<Digest> contentKeys(const MemoryBackend& backend, std::span<const int32_t> ids) {
-  const int bt = backend.latentLayout().block_tokens;
+inline std::vector<Digest> contentKeys(const FakeLatentPool& pool, std::span<const int32_t> ids) {
+  const int bt = pool.layout().block_tokens;
   std::vector<int32_t> padded(ids.begin(), ids.end());
   padded.resize((ids.size() + bt - 1) / bt * bt, -1);  // the partial last block gets a key too
   return chainBlockKeys("content", sha256("content"), padded, bt);
@@ -49,19 +52,19 @@ struct RequestResult {
 };
 
 // One request: acquire, adopt the hit blocks, "compute" the rest, publish.
-inline RequestResult runRequest(PrefixCache& cache, MemoryBackend& backend, std::string_view ns,
-                                std::span<const int32_t> ids, const AcquireOptions& options = {}) {
+inline RequestResult runRequest(PrefixCache& cache, FakeLatentPool& pool, std::string_view ns,
+                                std::span<const int32_t> ids, const LookupOptions& options = {}) {
   RequestResult r;
   PrefixLease lease = cache.acquire(ns, ids, options);
   r.cached_tokens = lease.cachedTokens();
   r.tier0_blocks = lease.tier0Blocks();
   r.disk_blocks = lease.diskBlocks();
   r.decision = lease.decision().choice;
-  engine::SequenceBlocks seq(backend);
+  engine::SequenceBlocks seq(pool, 1 << 20);
   seq.adopt(lease.takeBlocks(), lease.cachedTokens());
-  const std::vector<Digest> content = contentKeys(backend, ids);
+  const std::vector<Digest> content = contentKeys(pool, ids);
   for (int32_t i = 0; i < lease.hitBlocks(); ++i) {
-    if (!backend.holds(seq.blocks()[static_cast<size_t>(i)], content[static_cast<size_t>(i)])) {
+    if (!pool.holds(seq.blocks()[static_cast<size_t>(i)], content[static_cast<size_t>(i)])) {
       r.served_right_blocks = false;
     }
   }
@@ -70,7 +73,7 @@ inline RequestResult runRequest(PrefixCache& cache, MemoryBackend& backend, std:
     return r;
   }
   for (size_t i = static_cast<size_t>(lease.hitBlocks()); i < seq.blocks().size(); ++i) {
-    backend.compute(seq.blocks()[i], content[i]);
+    pool.compute(seq.blocks()[i], content[i]);
   }
   seq.commit(static_cast<int32_t>(ids.size()) - seq.length());
   if (!lease.publish(seq.blocks(), seq.length()).isOk()) r.served_right_blocks = false;

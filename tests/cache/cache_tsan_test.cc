@@ -1,7 +1,8 @@
 // The prefix cache under ThreadSanitizer: many threads look up, pin, evict,
 // restore and publish overlapping prefixes over a small pool with a real
-// RocksDB disk tier behind it. This binary compiles the cache, the block
-// allocator and SequenceBlocks from source with -fsanitize=thread
+// RocksDB disk tier behind it, some of them through the non-blocking lookup
+// (polling, callbacks, and leases dropped while pending). This binary
+// compiles the cache, the block allocator and SequenceBlocks from source with -fsanitize=thread
 // (tests/cache/CMakeLists.txt); a race report ends the process with exit code
 // 66, which fails the test.
 //
@@ -52,13 +53,13 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
   disk_options.max_bytes = 64 << 10;  // small: the disk tier evicts too
   auto disk = DiskTier::open(disk_options);
   ASSERT_TRUE(disk.isOk()) << disk.status().toString();
-  MemoryBackend backend(smallLayout(kBt), pool_blocks);
+  FakeLatentPool pool(smallLayout(kBt), pool_blocks);
   PrefixCacheOptions o;
   o.tier0_budget_bytes = budget_blocks * smallLayout(kBt).blockBytes();
   o.write_through_hits = 2;
   o.write_back_queue_blocks = 16;
   o.write_back_batch_blocks = 4;
-  auto created = PrefixCache::create(backend, disk->get(), sha256("model"), o);
+  auto created = PrefixCache::create(pool, disk->get(), sha256("model"), o);
   ASSERT_TRUE(created.isOk());
   PrefixCache& cache = **created;
 
@@ -69,9 +70,27 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
       std::mt19937 rng(static_cast<uint32_t>(t));
       for (int i = 0; i < kRequestsPerThread; ++i) {
         const auto ids = prompt(static_cast<int>(rng() % 3), static_cast<int>(rng() % 4), static_cast<int>(rng() % 5));
-        AcquireOptions a;
+        LookupOptions a;
         if (rng() % 4 == 0) a.shared_namespaces = {"shared"};
-        RequestResult r = runRequest(cache, backend, rng() % 8 == 0 ? "other" : "team", ids, a);
+        const std::string_view ns = rng() % 8 == 0 ? "other" : "team";
+        if (rng() % 8 == 0) {
+          // A client that goes away: the lease is dropped while it may still
+          // be pending (waiting for another request's blocks or restoring).
+          PrefixLease dropped = cache.lookup(ns, ids, a);
+          if (rng() % 2 == 0) std::this_thread::yield();
+          continue;
+        }
+        if (rng() % 4 == 0) {
+          // A scheduler's view: no blocking call; poll, and be called back.
+          // The lease is then dropped unused (its claims are abandoned).
+          std::atomic<bool> called{false};
+          a.on_ready = [&called] { called.store(true); };
+          PrefixLease lease = cache.lookup(ns, ids, a);
+          while (!lease.ready()) std::this_thread::yield();
+          while (!called.load()) std::this_thread::yield();  // the callback follows readiness
+          a.on_ready = nullptr;
+        }
+        RequestResult r = runRequest(cache, pool, ns, ids, a);
         if (!r.served_right_blocks) wrong.fetch_add(1);
         if (r.cached_tokens > 0) hits.fetch_add(1);
         switch (rng() % 16) {
@@ -108,8 +127,8 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
               static_cast<unsigned long long>(s.write_back_dropped_blocks));
   created->reset();
   // Every reference was returned: the index's, the requests', the restores'.
-  EXPECT_EQ(backend.blocks().numFree(), backend.blocks().capacity());
-  for (engine::BlockId b = 0; b < backend.blocks().capacity(); ++b) ASSERT_EQ(backend.blocks().refCount(b), 0);
+  EXPECT_EQ(pool.allocator().numFree(), pool.allocator().capacity());
+  for (engine::BlockId b = 0; b < pool.allocator().capacity(); ++b) ASSERT_EQ(pool.allocator().refCount(b), 0);
 }
 
 // Prompts use at most 11 blocks, so kThreads x 11 blocks can always be pinned

@@ -52,7 +52,7 @@ inline GoldenRun runWithCache(const std::string& fixture, const std::string& dir
   options.stored_dtype = o.stored_dtype;
   options.restore_policy = o.restore;
   options.write_through_hits = 0;
-  auto cache = PrefixCache::create(*backend, disk->get(), latentIdentity(fp->digest, backend->latentLayout()), options);
+  auto cache = PrefixCache::create(backend->latentPool(), disk->get(), latentIdentity(fp->digest, backend->latentLayout()), options);
   EXPECT_TRUE(cache.isOk());
   if (!cache.isOk()) return run;
   {

@@ -1,9 +1,10 @@
-// PrefixCache over a MemoryBackend (blocks hold a pattern derived from their
+// PrefixCache over a FakeLatentPool (blocks hold a pattern derived from their
 // tokens) with a real RocksDB disk tier: hit accounting, pinning, LRU
 // eviction, reclaiming, in-flight claims, write-back / write-through,
 // restore, rejection, namespaces and reference counts.
 #include "cache/prefix_cache.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -22,9 +23,9 @@ class PrefixCacheTest : public ::testing::Test {
  protected:
   void make(PrefixCacheOptions options = {}, bool with_disk = true, int32_t pool_blocks = 64) {
     cache_.reset();
-    backend_ = std::make_unique<MemoryBackend>(smallLayout(kBt), pool_blocks);
+    pool_ = std::make_unique<FakeLatentPool>(smallLayout(kBt), pool_blocks);
     if (with_disk && disk_ == nullptr) openDisk();
-    auto c = PrefixCache::create(*backend_, with_disk ? disk_.get() : nullptr, model_, options);
+    auto c = PrefixCache::create(*pool_, with_disk ? disk_.get() : nullptr, model_, options);
     ASSERT_TRUE(c.isOk()) << c.status().toString();
     cache_ = std::move(c).value();
   }
@@ -37,19 +38,19 @@ class PrefixCacheTest : public ::testing::Test {
   }
   void TearDown() override {
     cache_.reset();
-    if (backend_) {
-      EXPECT_EQ(backend_->blocks().numFree(), backend_->blocks().capacity()) << "leaked references";
+    if (pool_) {
+      EXPECT_EQ(pool_->allocator().numFree(), pool_->allocator().capacity()) << "leaked references";
     }
   }
-  RequestResult request(std::string_view ns, const std::vector<int32_t>& ids, const AcquireOptions& o = {}) {
-    RequestResult r = runRequest(*cache_, *backend_, ns, ids, o);
+  RequestResult request(std::string_view ns, const std::vector<int32_t>& ids, const LookupOptions& o = {}) {
+    RequestResult r = runRequest(*cache_, *pool_, ns, ids, o);
     EXPECT_TRUE(r.served_right_blocks);
     return r;
   }
 
   ScopedTempDir dir_;
   Digest model_ = sha256("model");
-  std::unique_ptr<MemoryBackend> backend_;
+  std::unique_ptr<FakeLatentPool> pool_;
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<PrefixCache> cache_;
 };
@@ -92,7 +93,7 @@ TEST_F(PrefixCacheTest, AnotherModelReusesNothingFromDisk) {
   make(o, true);
   const auto ids = tokens(5 * kBt, 5);
   request("t", ids);
-  cache_->writer()->drain();
+  cache_->writerForTest()->drain();
   model_ = sha256("another model");
   make(o, true);
   EXPECT_EQ(request("t", ids).cached_tokens, 0);
@@ -115,7 +116,7 @@ TEST_F(PrefixCacheTest, SharedNamespaceIsReadOnlyOnPurpose) {
   EXPECT_EQ(request("team", prompt).cached_tokens, 0);
   // ...with it, the shared prefix is reused, and the team's own continuation
   // is published in its own namespace only.
-  AcquireOptions o;
+  LookupOptions o;
   o.shared_namespaces = {"shared"};
   EXPECT_EQ(request("team-2", prompt, o).cached_tokens, 4 * kBt);
   EXPECT_EQ(request("team-2", concat(prompt, {9})).cached_tokens, 6 * kBt);
@@ -130,10 +131,10 @@ TEST_F(PrefixCacheTest, BudgetEvictsLeastRecentlyUsedUnpinnedBlocks) {
   const auto b = tokens(4 * kBt + 1, 11);
   // A request holding a's blocks pins them.
   PrefixLease held = cache_->acquire("t", a);
-  engine::SequenceBlocks seq(*backend_);
+  engine::SequenceBlocks seq(*pool_, 1 << 20);
   ASSERT_TRUE(seq.reserve(static_cast<int32_t>(a.size())).isOk());
-  const auto content = contentKeys(*backend_, a);
-  for (size_t i = 0; i < seq.blocks().size(); ++i) backend_->compute(seq.blocks()[i], content[i]);
+  const auto content = contentKeys(*pool_, a);
+  for (size_t i = 0; i < seq.blocks().size(); ++i) pool_->compute(seq.blocks()[i], content[i]);
   seq.commit(static_cast<int32_t>(a.size()));
   ASSERT_TRUE(held.publish(seq.blocks(), seq.length()).isOk());
   request("t", b);  // 4 more blocks: over the budget of 6, but a's are pinned and b's in use
@@ -153,17 +154,17 @@ TEST_F(PrefixCacheTest, BudgetEvictsLeastRecentlyUsedUnpinnedBlocks) {
 TEST_F(PrefixCacheTest, FullPoolReclaimsUnpinnedCachedBlocks) {
   make({}, false, /*pool_blocks=*/8);
   request("t", tokens(4 * kBt + 1, 20));  // 5 blocks used while running, 4 stay cached
-  EXPECT_EQ(backend_->blocks().numFree(), 4);
+  EXPECT_EQ(pool_->allocator().numFree(), 4);
   // A 6-block request needs 2 of the cached blocks back.
   RequestResult r = request("t", tokens(6 * kBt, 21));
   EXPECT_TRUE(r.served_right_blocks);
   EXPECT_GE(cache_->snapshot().reclaimed_blocks, 2u);
   // Pinned blocks are never reclaimed: with every block held, allocation fails.
   PrefixLease lease = cache_->acquire("t", tokens(6 * kBt, 21));
-  engine::SequenceBlocks seq(*backend_);
+  engine::SequenceBlocks seq(*pool_, 1 << 20);
   seq.adopt(lease.takeBlocks(), lease.cachedTokens());
   std::vector<engine::BlockId> extra;
-  EXPECT_EQ(backend_->blocks().allocate(backend_->blocks().numFree() + 6, extra).code(),
+  EXPECT_EQ(pool_->allocator().allocate(pool_->allocator().numFree() + 6, extra).code(),
             StatusCode::kResourceExhausted);
 }
 
@@ -174,12 +175,12 @@ TEST_F(PrefixCacheTest, ConcurrentRequestWaitsForTheBlocksBeingComputed) {
   EXPECT_EQ(first.claimedBlocks(), 6);
   EXPECT_EQ(cache_->snapshot().in_flight_blocks, 6u);
   RequestResult second;
-  std::thread waiter([&] { second = runRequest(*cache_, *backend_, "t", ids); });
+  std::thread waiter([&] { second = runRequest(*cache_, *pool_, "t", ids); });
   std::this_thread::sleep_for(50ms);  // the waiter is parked on block 0
-  engine::SequenceBlocks seq(*backend_);
+  engine::SequenceBlocks seq(*pool_, 1 << 20);
   ASSERT_TRUE(seq.reserve(static_cast<int32_t>(ids.size())).isOk());
-  const auto content = contentKeys(*backend_, ids);
-  for (size_t i = 0; i < seq.blocks().size(); ++i) backend_->compute(seq.blocks()[i], content[i]);
+  const auto content = contentKeys(*pool_, ids);
+  for (size_t i = 0; i < seq.blocks().size(); ++i) pool_->compute(seq.blocks()[i], content[i]);
   seq.commit(static_cast<int32_t>(ids.size()));
   ASSERT_TRUE(first.publish(seq.blocks(), seq.length()).isOk());
   waiter.join();
@@ -196,7 +197,7 @@ TEST_F(PrefixCacheTest, AbandonedClaimsWakeWaitersAndTimeoutsEnd) {
   const auto ids = tokens(3 * kBt + 1, 31);
   auto first = std::make_unique<PrefixLease>(cache_->acquire("t", ids));
   RequestResult second;
-  std::thread waiter([&] { second = runRequest(*cache_, *backend_, "t", ids); });
+  std::thread waiter([&] { second = runRequest(*cache_, *pool_, "t", ids); });
   std::this_thread::sleep_for(50ms);
   first.reset();  // failed request: its claims are abandoned, the waiter computes
   waiter.join();
@@ -205,7 +206,7 @@ TEST_F(PrefixCacheTest, AbandonedClaimsWakeWaitersAndTimeoutsEnd) {
 
   const auto other = tokens(3 * kBt + 1, 32);
   PrefixLease blocker = cache_->acquire("t", other);
-  AcquireOptions o;
+  LookupOptions o;
   o.in_flight_wait = 30ms;
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(request("t", other, o).cached_tokens, 0);
@@ -218,7 +219,7 @@ TEST_F(PrefixCacheTest, EvictedBlocksAreWrittenBackAndRestored) {
   const auto ids = tokens(8 * kBt + 2, 40);
   request("t", ids);
   EXPECT_EQ(cache_->evictUnpinned(100), 8);
-  cache_->writer()->drain();
+  cache_->writerForTest()->drain();
   EXPECT_EQ(disk_->stats().blocks, 8u);
   RequestResult r = request("t", ids);
   EXPECT_EQ(r.cached_tokens, 8 * kBt);
@@ -243,7 +244,7 @@ TEST_F(PrefixCacheTest, RestartKeepsWrittenThroughHotPrefixes) {
   request("t", cold);
   request("t", hot);
   request("t", hot);  // second reuse: written through
-  cache_->writer()->drain();
+  cache_->writerForTest()->drain();
   EXPECT_EQ(cache_->snapshot().write_through_blocks, 3u);
   // "Restart": a new pool and cache over the same store, nothing evicted.
   make(o, true);
@@ -257,11 +258,10 @@ TEST_F(PrefixCacheTest, PolicyNeverRecomputesAndAutoFollowsCosts) {
   make(o, true);
   const auto ids = tokens(4 * kBt + 1, 60);
   request("t", ids);
-  cache_->writer()->drain();
+  cache_->writerForTest()->drain();
   make(o, true);  // fresh tier 0
-  const RestorePolicy never = RestorePolicy::kNever;
-  AcquireOptions a;
-  a.restore_policy = &never;
+  LookupOptions a;
+  a.restore_policy = RestorePolicy::kNever;
   RequestResult r = request("t", ids, a);
   EXPECT_EQ(r.decision, RestoreChoice::kRecompute);
   EXPECT_EQ(r.cached_tokens, 0);
@@ -284,7 +284,7 @@ TEST_F(PrefixCacheTest, CorruptStoredBlocksAreRejectedCountedAndRecomputed) {
   make(o, true);
   const auto ids = tokens(6 * kBt + 1, 70);
   request("t", ids);
-  cache_->writer()->drain();
+  cache_->writerForTest()->drain();
   const auto keys = chainBlockKeys("t", model_, ids, kBt);
   // Flip one payload byte of block 3 and one token id of block 5, in RocksDB.
   auto values = disk_->multiGet(keys);
@@ -300,7 +300,7 @@ TEST_F(PrefixCacheTest, CorruptStoredBlocksAreRejectedCountedAndRecomputed) {
   CacheStats s = cache_->snapshot();
   EXPECT_EQ(s.rejected_blocks[static_cast<size_t>(RejectReason::kChecksum)], 1u);
   // Block 5 is reached once block 3 is good again (re-published and written through).
-  cache_->writer()->drain();
+  cache_->writerForTest()->drain();
   make(o, true);
   r = request("t", ids);
   EXPECT_EQ(r.cached_tokens, 6 * kBt);  // block 5 was recomputed and rewritten on the way
@@ -311,7 +311,7 @@ TEST_F(PrefixCacheTest, FullWriteBackQueueDropsAndCountsWithoutBlocking) {
   PrefixCacheOptions o;
   o.write_back_queue_blocks = 2;
   make(o, true);
-  cache_->writer()->setPaused(true);
+  cache_->writerForTest()->setPausedForTest(true);
   request("t", tokens(6 * kBt + 1, 80));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(cache_->evictUnpinned(100), 6);
@@ -319,8 +319,8 @@ TEST_F(PrefixCacheTest, FullWriteBackQueueDropsAndCountsWithoutBlocking) {
   CacheStats s = cache_->snapshot();
   EXPECT_EQ(s.write_back_queue_depth, 2u);
   EXPECT_EQ(s.write_back_dropped_blocks, 4u);
-  cache_->writer()->setPaused(false);
-  cache_->writer()->drain();
+  cache_->writerForTest()->setPausedForTest(false);
+  cache_->writerForTest()->drain();
   s = cache_->snapshot();
   EXPECT_EQ(s.write_back_written_blocks, 2u);
   EXPECT_EQ(s.write_back_queue_depth, 0u);
@@ -347,6 +347,142 @@ TEST_F(PrefixCacheTest, PublishValidatesItsInput) {
   EXPECT_EQ(lease.publish(two, 2 * kBt).code(), StatusCode::kInvalidArgument);  // blocks 0, 1 are not allocated
   PrefixLease empty;
   EXPECT_FALSE(empty.publish(two, 0).isOk());
+}
+
+// --- Leases that never block the calling thread.
+
+// Computes and publishes a lease's blocks (a request's prefill).
+void computeAndPublish(FakeLatentPool& pool, PrefixLease& lease, const std::vector<int32_t>& ids) {
+  engine::SequenceBlocks seq(pool, 1 << 20);
+  seq.adopt(lease.takeBlocks(), lease.cachedTokens());
+  ASSERT_TRUE(seq.reserve(static_cast<int32_t>(ids.size())).isOk());
+  const auto content = contentKeys(pool, ids);
+  for (size_t i = static_cast<size_t>(lease.hitBlocks()); i < seq.blocks().size(); ++i) pool.compute(seq.blocks()[i], content[i]);
+  seq.commit(static_cast<int32_t>(ids.size()) - seq.length());
+  ASSERT_TRUE(lease.publish(seq.blocks(), seq.length()).isOk());
+}
+
+bool pollUntilReady(const PrefixLease& lease) {
+  for (int i = 0; i < 5000 && !lease.ready(); ++i) std::this_thread::sleep_for(1ms);
+  return lease.ready();
+}
+
+TEST_F(PrefixCacheTest, PendingLeaseCompletesWhileTheCallingThreadKeepsWorking) {
+  make({}, false);
+  const auto ids = tokens(6 * kBt, 130);
+  PrefixLease first = cache_->acquire("t", ids);
+  ASSERT_EQ(first.claimedBlocks(), 6);
+  std::atomic<int> calls{0};
+  std::atomic<bool> called_off_thread{false};
+  LookupOptions o;
+  o.on_ready = [&, caller = std::this_thread::get_id()] {
+    calls.fetch_add(1);
+    called_off_thread.store(std::this_thread::get_id() != caller);
+  };
+  // Block 0 is in flight: the lookup returns at once, pending, instead of
+  // waiting for it...
+  PrefixLease second = cache_->lookup("t", ids, o);
+  EXPECT_FALSE(second.ready());
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_EQ(cache_->snapshot().in_flight_waits, 1u);
+  // ...so this same thread can go on and compute the blocks it waits for (a
+  // scheduler's engine thread serving both requests; a blocking lookup would
+  // deadlock here).
+  computeAndPublish(*pool_, first, ids);
+  ASSERT_TRUE(pollUntilReady(second));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_TRUE(called_off_thread.load());  // resumed by the cache's I/O pool
+  EXPECT_TRUE(second.waited());
+  EXPECT_EQ(second.cachedTokens(), 5 * kBt);
+  EXPECT_EQ(second.tier0Blocks(), 5);
+  computeAndPublish(*pool_, second, ids);
+}
+
+TEST_F(PrefixCacheTest, TierZeroHitIsReadyAtOnceAndCallsBackInline) {
+  make({}, false);
+  const auto ids = tokens(3 * kBt + 1, 131);
+  request("t", ids);
+  int calls = 0;
+  LookupOptions o;
+  o.on_ready = [&] { ++calls; };
+  PrefixLease lease = cache_->lookup("t", ids, o);
+  EXPECT_TRUE(lease.ready());
+  EXPECT_EQ(calls, 1);  // inside lookup(), on this thread
+  EXPECT_EQ(lease.cachedTokens(), 3 * kBt);
+}
+
+TEST_F(PrefixCacheTest, RestoreRunsOnTheIoPoolAndCallsBackOnce) {
+  make({}, true);
+  const auto ids = tokens(8 * kBt + 2, 132);
+  request("t", ids);
+  ASSERT_EQ(cache_->evictUnpinned(100), 8);
+  cache_->writerForTest()->drain();
+  std::atomic<int> calls{0};
+  std::atomic<bool> called_off_thread{false};
+  LookupOptions o;
+  o.restore_policy = RestorePolicy::kAlways;
+  o.on_ready = [&, caller = std::this_thread::get_id()] {
+    calls.fetch_add(1);
+    called_off_thread.store(std::this_thread::get_id() != caller);
+  };
+  PrefixLease lease = cache_->lookup("t", ids, o);
+  ASSERT_TRUE(pollUntilReady(lease));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_TRUE(called_off_thread.load());  // read, verified and imported off the calling thread
+  EXPECT_EQ(lease.diskBlocks(), 8);
+  EXPECT_EQ(lease.cachedTokens(), 8 * kBt);
+  engine::SequenceBlocks seq(*pool_, 1 << 20);
+  seq.adopt(lease.takeBlocks(), lease.cachedTokens());
+  const auto content = contentKeys(*pool_, ids);
+  for (size_t i = 0; i < seq.blocks().size(); ++i) EXPECT_TRUE(pool_->holds(seq.blocks()[i], content[i]));
+}
+
+TEST_F(PrefixCacheTest, DroppingAPendingLeaseCancelsItAndLeaksNothing) {
+  make({}, false);
+  const auto ids = tokens(4 * kBt + 1, 133);
+  const auto longer = concat(ids, tokens(2 * kBt, 134));
+  request("t", tokens(kBt + 1, 135));
+  PrefixLease first = cache_->acquire("t", ids);
+  bool called = false;
+  LookupOptions o;
+  o.on_ready = [&] { called = true; };
+  {
+    PrefixLease pending = cache_->lookup("t", longer, o);
+    EXPECT_FALSE(pending.ready());
+  }  // the client went away
+  computeAndPublish(*pool_, first, ids);
+  EXPECT_FALSE(called);  // a cancelled lookup is never called back
+  const CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.cancelled_lookups, 1u);
+  EXPECT_EQ(s.in_flight_blocks, 0u);
+  EXPECT_EQ(s.tier0_pinned_blocks, 0u);
+  // The dropped lookup claimed nothing: another request computes the rest.
+  EXPECT_EQ(request("t", longer).cached_tokens, 4 * kBt);
+}
+
+TEST_F(PrefixCacheTest, FailedExportsAreCountedAndNotWritten) {
+  make({}, true);
+  request("t", tokens(4 * kBt + 1, 136));
+  pool_->failNextExportsForTest(2);
+  EXPECT_EQ(cache_->evictUnpinned(100), 4);
+  cache_->writerForTest()->drain();
+  const CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.export_errors, 2u);
+  EXPECT_EQ(s.write_back_written_blocks, 2u);
+  EXPECT_EQ(disk_->stats().blocks, 2u);
+}
+
+TEST_F(PrefixCacheTest, PersistAllReleasesEveryBlockWhenAnExportFails) {
+  make({}, true);
+  request("t", tokens(5 * kBt + 1, 137));
+  pool_->failNextExportsForTest(1);
+  const Status s = cache_->persistAll();
+  EXPECT_FALSE(s.isOk());
+  EXPECT_EQ(cache_->snapshot().export_errors, 1u);
+  EXPECT_EQ(disk_->stats().blocks, 4u);  // the others were written
+  // The failed block is retried by the next persist; TearDown checks that no
+  // reference was leaked along the way.
+  cache_->writerForTest()->drain();
 }
 
 }  // namespace

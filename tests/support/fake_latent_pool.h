@@ -1,54 +1,59 @@
-// A Backend for cache tests that keeps blocks in host memory and computes
-// nothing: "computing" a block writes a pattern derived from the block's chain
-// key, so a test can check that every block it is served holds exactly the
-// latents of the tokens it claims to hold. Also compiled into the
-// ThreadSanitizer test, so it uses nothing but the allocator and memcpy.
+// FakeLatentPool: a LatentPool for cache tests that implements only the pool
+// interface (no model, no forward pass) and keeps blocks in host memory.
+// "Computing" a block writes a pattern derived from a content key, so a test
+// can check that every block it is served holds exactly the latents of the
+// tokens it claims to hold. Also compiled into the ThreadSanitizer test, so it
+// uses nothing but the allocator, the shared transfer checks and memcpy.
 #pragma once
 
-#include <cstdlib>
 #include <cstring>
-#include <string>
+#include <mutex>
+#include <span>
 #include <vector>
 
 #include "cache/fingerprint.h"
-#include "engine/backend.h"
+#include "engine/latent_pool.h"
 
-namespace lg::cache::testing {
+namespace lg::testing {
 
-class MemoryBackend final : public engine::Backend {
+class FakeLatentPool final : public engine::LatentPool {
  public:
-  MemoryBackend(const engine::LatentLayout& layout, int32_t num_blocks)
+  FakeLatentPool(const engine::LatentLayout& layout, int32_t num_blocks)
       : layout_(layout), allocator_(num_blocks), storage_(layout.blockBytes() * static_cast<size_t>(num_blocks)) {}
 
-  std::string_view name() const override { return "memory"; }
-  const engine::Model& model() const override { std::abort(); }  // the cache never asks for it
-  const engine::LatentLayout& latentLayout() const override { return layout_; }
-  int maxContext() const override { return 1 << 20; }
-  int64_t maxBatchTokens() const override { return 1 << 20; }
-  engine::BlockAllocator& blocks() override { return allocator_; }
-  const engine::BlockAllocator& blocks() const override { return allocator_; }
-  Status run(const engine::ForwardPlan&, engine::ForwardOutput&) override { return unimplemented("memory backend"); }
+  const engine::LatentLayout& layout() const override { return layout_; }
+  engine::BlockAllocator& allocator() override { return allocator_; }
+  const engine::BlockAllocator& allocator() const override { return allocator_; }
 
-  Status exportBlock(engine::BlockId id, std::span<uint8_t> bytes) const override {
-    LG_RETURN_IF_ERROR(check(id, bytes.size()));
-    std::memcpy(bytes.data(), data(id), bytes.size());
+  Status exportBlocks(std::span<const engine::BlockId> ids, std::span<uint8_t> bytes) const override {
+    LG_RETURN_IF_ERROR(engine::checkBlockTransfer(allocator_, layout_, "exportBlocks", ids, bytes.size(), false));
+    if (failExport()) return internalError("injected export failure");
+    for (size_t i = 0; i < ids.size(); ++i) std::memcpy(bytes.data() + i * bb(), data(ids[i]), bb());
     return Status::ok();
   }
-  Status importBlock(engine::BlockId id, std::span<const uint8_t> bytes) override {
-    LG_RETURN_IF_ERROR(check(id, bytes.size()));
-    std::memcpy(data(id), bytes.data(), bytes.size());
+  Status importBlocks(std::span<const engine::BlockId> ids, std::span<const uint8_t> bytes) override {
+    LG_RETURN_IF_ERROR(engine::checkBlockTransfer(allocator_, layout_, "importBlocks", ids, bytes.size(), true));
+    for (size_t i = 0; i < ids.size(); ++i) std::memcpy(data(ids[i]), bytes.data() + i * bb(), bb());
     return Status::ok();
   }
-  Status copyBlock(engine::BlockId src, engine::BlockId dst) override {
-    LG_RETURN_IF_ERROR(check(src, layout_.blockBytes()));
-    LG_RETURN_IF_ERROR(check(dst, layout_.blockBytes()));
-    std::memcpy(data(dst), data(src), layout_.blockBytes());
+  Status copyBlocks(std::span<const engine::BlockCopy> copies) override {
+    for (const engine::BlockCopy& c : copies) {
+      LG_RETURN_IF_ERROR(engine::checkBlockTransfer(allocator_, layout_, "copyBlocks", std::span(&c.src, 1), bb(), false));
+      LG_RETURN_IF_ERROR(engine::checkBlockTransfer(allocator_, layout_, "copyBlocks", std::span(&c.dst, 1), bb(), true));
+    }
+    for (const engine::BlockCopy& c : copies) std::memcpy(data(c.dst), data(c.src), bb());
     return Status::ok();
   }
 
-  // The latents a block with chain key `key` must hold (f32 pool only).
-  std::vector<float> expected(const Digest& key) const {
-    std::vector<float> v(layout_.blockBytes() / 4);
+  // Makes the next `n` exports fail (a device error, say).
+  void failNextExportsForTest(int n) {
+    std::lock_guard lock(mu_);
+    fail_exports_ = n;
+  }
+
+  // The latents a block with content key `key` must hold (f32 pool only).
+  std::vector<float> expected(const cache::Digest& key) const {
+    std::vector<float> v(layout_.blockValues());
     uint32_t x = 0;
     std::memcpy(&x, key.bytes.data(), 4);
     for (size_t i = 0; i < v.size(); ++i) {
@@ -58,29 +63,31 @@ class MemoryBackend final : public engine::Backend {
     return v;
   }
   // "Computes" a block: writes expected(key) into it.
-  void compute(engine::BlockId id, const Digest& key) {
+  void compute(engine::BlockId id, const cache::Digest& key) {
     const std::vector<float> v = expected(key);
     std::memcpy(data(id), v.data(), v.size() * 4);
   }
-  bool holds(engine::BlockId id, const Digest& key) const {
+  bool holds(engine::BlockId id, const cache::Digest& key) const {
     const std::vector<float> v = expected(key);
     return std::memcmp(data(id), v.data(), v.size() * 4) == 0;
   }
 
  private:
-  Status check(engine::BlockId id, size_t bytes) const {
-    if (!allocator_.isLive(id)) return invalidArgument("block " + std::to_string(id) + " is not allocated");
-    if (bytes != layout_.blockBytes()) return invalidArgument("wrong block size");
-    return Status::ok();
-  }
-  uint8_t* data(engine::BlockId id) { return storage_.data() + static_cast<size_t>(id) * layout_.blockBytes(); }
-  const uint8_t* data(engine::BlockId id) const {
-    return storage_.data() + static_cast<size_t>(id) * layout_.blockBytes();
+  size_t bb() const { return layout_.blockBytes(); }
+  uint8_t* data(engine::BlockId id) { return storage_.data() + static_cast<size_t>(id) * bb(); }
+  const uint8_t* data(engine::BlockId id) const { return storage_.data() + static_cast<size_t>(id) * bb(); }
+  bool failExport() const {
+    std::lock_guard lock(mu_);
+    if (fail_exports_ == 0) return false;
+    --fail_exports_;
+    return true;
   }
 
   engine::LatentLayout layout_;
   engine::BlockAllocator allocator_;
   std::vector<uint8_t> storage_;
+  mutable std::mutex mu_;
+  mutable int fail_exports_ = 0;  // guarded by mu_
 };
 
 inline engine::LatentLayout smallLayout(int block_tokens = 4) {
@@ -93,4 +100,4 @@ inline engine::LatentLayout smallLayout(int block_tokens = 4) {
   return l;
 }
 
-}  // namespace lg::cache::testing
+}  // namespace lg::testing

@@ -122,15 +122,13 @@ TEST_F(SharedPrefixTest, ExportedBlocksRestoreIntoNewBlocks) {
   extend(*backend_, a, ids(0, 2 * kBlock));
   const size_t bytes = backend_->latentLayout().blockBytes();
   EXPECT_EQ(bytes, static_cast<size_t>(3 * kBlock * (64 + 16) * 4));  // [layers][tokens][kv_lora + rope] f32
+  // One batched export of every block, one batched import into fresh blocks.
+  LatentPool& pool = backend_->latentPool();
+  std::vector<uint8_t> data(bytes * a.blocks().size());
+  ASSERT_TRUE(pool.exportBlocks(a.blocks(), data).isOk());
   std::vector<BlockId> restored;
-  for (BlockId id : a.blocks()) {
-    std::vector<uint8_t> data(bytes);
-    ASSERT_TRUE(backend_->exportBlock(id, data).isOk());
-    auto fresh_block = backend_->blocks().allocate();
-    ASSERT_TRUE(fresh_block.isOk());
-    ASSERT_TRUE(backend_->importBlock(*fresh_block, data).isOk());
-    restored.push_back(*fresh_block);
-  }
+  ASSERT_TRUE(pool.allocator().allocate(static_cast<int32_t>(a.blocks().size()), restored).isOk());
+  ASSERT_TRUE(pool.importBlocks(restored, data).isOk());
   a.reset();  // the original blocks are gone
   SequenceBlocks b(*backend_);
   b.adopt(restored, 2 * kBlock);
@@ -138,9 +136,17 @@ TEST_F(SharedPrefixTest, ExportedBlocksRestoreIntoNewBlocks) {
   EXPECT_LE(maxAbsDiff(lb, std::vector<float>(golden_.logits.begin() + 2 * kBlock * vocab_, golden_.logits.begin() + 80 * vocab_),
                        vocab_, 0, 80 - 2 * kBlock),
             1e-3);
+  // Wrong sizes, blocks that are not allocated and writes into a shared
+  // block are refused.
   std::vector<uint8_t> wrong(bytes - 1);
-  EXPECT_FALSE(backend_->exportBlock(b.blocks()[0], wrong).isOk());
-  EXPECT_FALSE(backend_->importBlock(12345, std::vector<uint8_t>(bytes)).isOk());
+  EXPECT_FALSE(pool.exportBlocks(std::span(b.blocks()).first(1), wrong).isOk());
+  const BlockId unallocated = 12345;
+  EXPECT_FALSE(pool.importBlocks(std::span(&unallocated, 1), std::vector<uint8_t>(bytes)).isOk());
+  auto shared = b.fork(kBlock);
+  ASSERT_TRUE(shared.isOk());
+  const Status into_shared = pool.importBlocks(std::span(b.blocks()).first(1), std::vector<uint8_t>(bytes));
+  EXPECT_EQ(into_shared.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(into_shared.message().find("shared"), std::string::npos) << into_shared.message();
 }
 
 TEST_F(SharedPrefixTest, MixedBatchOfDecodeAndPrefillMatchesSeparateRuns) {
