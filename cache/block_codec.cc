@@ -66,13 +66,6 @@ std::string_view storedDTypeName(StoredDType dtype) {
   return "?";
 }
 
-Result<StoredDType> parseStoredDType(std::string_view name) {
-  if (name == "f32") return StoredDType::kF32;
-  if (name == "bf16") return StoredDType::kBF16;
-  if (name == "int8") return StoredDType::kInt8;
-  return invalidArgument("unknown stored latent dtype \"" + std::string(name) + "\" (expected f32, bf16 or int8)");
-}
-
 std::string_view rejectReasonName(RejectReason reason) {
   switch (reason) {
     case RejectReason::kTruncated: return "truncated";

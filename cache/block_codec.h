@@ -27,7 +27,6 @@ namespace lg::cache {
 enum class StoredDType : uint8_t { kF32 = 1, kBF16 = 2, kInt8 = 3 };
 
 std::string_view storedDTypeName(StoredDType dtype);
-Result<StoredDType> parseStoredDType(std::string_view name);  // "f32", "bf16", "int8"
 
 struct BlockGeometry {
   uint32_t layers = 0;

@@ -22,13 +22,6 @@ std::string_view restorePolicyName(RestorePolicy policy) {
   return "?";
 }
 
-Result<RestorePolicy> parseRestorePolicy(std::string_view name) {
-  if (name == "auto") return RestorePolicy::kAuto;
-  if (name == "always") return RestorePolicy::kAlways;
-  if (name == "never") return RestorePolicy::kNever;
-  return invalidArgument("unknown restore policy \"" + std::string(name) + "\" (expected auto, always or never)");
-}
-
 std::string_view restoreChoiceName(RestoreChoice choice) {
   switch (choice) {
     case RestoreChoice::kNone: return "none";

@@ -33,7 +33,6 @@ namespace lg::cache {
 
 enum class RestorePolicy : uint8_t { kAuto, kAlways, kNever };
 std::string_view restorePolicyName(RestorePolicy policy);
-Result<RestorePolicy> parseRestorePolicy(std::string_view name);  // "auto", "always", "never"
 
 enum class RestoreChoice : uint8_t { kNone, kRestore, kRecompute };  // kNone: nothing to restore
 std::string_view restoreChoiceName(RestoreChoice choice);

@@ -20,12 +20,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cache/cache_config.h"
 #include "cache/disk_tier.h"
 #include "cache/model_fingerprint.h"
 #include "cache/prefix_cache.h"
 #include "cli/commands.h"
 #include "cli/global_flags.h"
 #include "common/file_util.h"
+#include "engine/backend_config.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/forward_runner.h"
 #include "engine/model/load_progress.h"
@@ -43,8 +45,8 @@ struct ForwardArgs {
   std::string out_file;
   int chunk = 0;
   int decode_from = -1;
-  int threads = 0;  // 0: engine.threads from the configuration
-  std::string latent_dtype = "f32";
+  int threads = 0;           // 0: engine.threads from the configuration
+  std::string latent_dtype;  // empty: engine.latent_dtype from the configuration
   std::string cache_dir;             // empty: no prefix cache
   std::string cache_namespace = "default";
 };
@@ -66,27 +68,13 @@ Result<ForwardCache> openCache(const Config& config, const ForwardArgs& args, en
   LG_ASSIGN_OR_RETURN(cache::ModelFingerprint fp, cache::fingerprintModel(args.model_dir));
   c.fingerprint_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   c.fingerprint_hex = fp.digest.hex();
-  const cache::Digest identity = cache::latentIdentity(fp.digest, backend.latentLayout());
-  cache::DiskTierOptions disk_options;
+  const engine::LatentLayout& layout = backend.latentLayout();
+  const cache::Digest identity = cache::latentIdentity(fp.digest, layout);
+  cache::DiskTierOptions disk_options = cache::diskTierOptions(config);
   disk_options.path = args.cache_dir;
-  disk_options.max_bytes = static_cast<uint64_t>(config.cache.disk_max_bytes);
-  disk_options.ttl = std::chrono::seconds(config.cache.disk_ttl_seconds);
-  disk_options.verify_store_checksums = config.cache.disk_verify_checksums;
   LG_ASSIGN_OR_RETURN(c.disk, cache::DiskTier::open(disk_options));
-  cache::PrefixCacheOptions options;
-  options.tier0_budget_bytes = static_cast<uint64_t>(config.cache.tier0_budget_bytes);
-  if (config.cache.stored_dtype == "pool") {
-    c.stored_dtype = backend.latentLayout().dtype == engine::LatentDType::kF32 ? cache::StoredDType::kF32
-                                                                             : cache::StoredDType::kBF16;
-  } else {
-    LG_ASSIGN_OR_RETURN(c.stored_dtype, cache::parseStoredDType(config.cache.stored_dtype));
-  }
-  options.stored_dtype = c.stored_dtype;
-  options.write_through_hits = config.cache.write_through_hits;
-  options.write_back_queue_blocks = static_cast<size_t>(config.cache.write_back_queue_blocks);
-  options.write_back_batch_blocks = static_cast<size_t>(config.cache.write_back_batch_blocks);
-  LG_ASSIGN_OR_RETURN(options.restore_policy, cache::parseRestorePolicy(config.cache.restore_policy));
-  options.in_flight_wait = std::chrono::milliseconds(config.cache.in_flight_wait_ms);
+  const cache::PrefixCacheOptions options = cache::prefixCacheOptions(config, layout.dtype);
+  c.stored_dtype = options.stored_dtype;
   LG_ASSIGN_OR_RETURN(c.index, cache::PrefixCache::create(backend.latentPool(), c.disk.get(), identity, options));
   return c;
 }
@@ -143,13 +131,14 @@ Result<std::vector<int32_t>> readIds(const std::string& path) {
 
 int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
   using Clock = std::chrono::steady_clock;
-  auto config = flags.load();
+  // --threads and --latent-dtype are shorthands for configuration fields,
+  // validated there like every other source.
+  std::vector<std::pair<std::string, std::string>> shorthands;
+  if (args.threads > 0) shorthands.emplace_back("engine.threads", std::to_string(args.threads));
+  if (!args.latent_dtype.empty()) shorthands.emplace_back("engine.latent_dtype", args.latent_dtype);
+  auto config = flags.load(shorthands);
   if (!config.isOk()) {
     std::cerr << "latentgate: " << config.status().toString() << "\n";
-    return 2;
-  }
-  if (args.latent_dtype != "f32" && args.latent_dtype != "bf16") {
-    std::cerr << "latentgate forward: --latent-dtype must be f32 or bf16\n";
     return 2;
   }
   auto ids = readIds(args.ids_file);
@@ -166,12 +155,10 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
     std::cerr << "latentgate forward: " << model.status().toString() << "\n";
     return 2;
   }
-  engine::BackendOptions options;
-  options.threads = args.threads > 0 ? args.threads : config->engine.threads;
-  options.max_context = config->engine.max_context;
-  options.block_tokens = config->cache.block_tokens;
-  options.latent_dtype = args.latent_dtype == "bf16" ? engine::LatentDType::kBF16 : engine::LatentDType::kF32;
-  options.num_blocks = (static_cast<int64_t>(ids->size()) + options.block_tokens - 1) / options.block_tokens + 1;
+  engine::BackendOptions options = engine::backendOptions(*config);
+  if (options.num_blocks == 0) {  // engine.pool_blocks unset: exactly what this sequence needs
+    options.num_blocks = (static_cast<int64_t>(ids->size()) + options.block_tokens - 1) / options.block_tokens + 1;
+  }
   auto backend = engine::createCpuBackend(std::move(model).value(), options);
   if (!backend.isOk()) {
     std::cerr << "latentgate forward: " << backend.status().toString() << "\n";
@@ -241,7 +228,7 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
       {"prefill_tokens_per_s", stats.prefill_seconds > 0 ? prefill_tokens / stats.prefill_seconds : 0.0},
       {"decode_ms_per_token", stats.decode_steps > 0 ? stats.decode_seconds * 1e3 / stats.decode_steps : 0.0},
       {"backend", std::string((*backend)->name())},
-      {"latent_dtype", args.latent_dtype},
+      {"latent_dtype", options.latent_dtype == engine::LatentDType::kBF16 ? "bf16" : "f32"},
       {"block_tokens", options.block_tokens},
   };
   if (cache) line["cache"] = cacheStatsJson(*cache, lease, args.cache_namespace, persist_ms);
@@ -263,7 +250,7 @@ Command addForwardCommand(CLI::App& app, GlobalFlags& flags) {
                   "Prefill the first K tokens, then feed the rest one token at a time through the latent cache")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", args->threads, "Compute threads (default: engine.threads)")->check(CLI::PositiveNumber);
-  cmd->add_option("--latent-dtype", args->latent_dtype, "Latent cache storage: f32 (default) or bf16");
+  cmd->add_option("--latent-dtype", args->latent_dtype, "Latent pool dtype: f32 or bf16 (default: engine.latent_dtype)");
   cmd->add_option("--cache-dir", args->cache_dir,
                   "Persistent prefix cache (a RocksDB directory): reuse the cached prefix, store what is new");
   cmd->add_option("--namespace", args->cache_namespace, "Prefix cache namespace (default: default)");

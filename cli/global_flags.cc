@@ -18,11 +18,12 @@ void GlobalFlags::addTo(CLI::App& cmd) {
   cmd.add_option_function<std::string>("--log-format", override_of("log.format"), "text or json");
 }
 
-Result<Config> GlobalFlags::load() const {
+Result<Config> GlobalFlags::load(const std::vector<std::pair<std::string, std::string>>& extra) const {
   ConfigSources sources;
   sources.file = config_file;
   sources.environment = processEnvironment();
   sources.flags = overrides;
+  sources.flags.insert(sources.flags.end(), extra.begin(), extra.end());
   LG_ASSIGN_OR_RETURN(Config config, loadConfig(sources));
   initLogging(config.log);
   return config;

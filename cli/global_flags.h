@@ -19,8 +19,9 @@ struct GlobalFlags {
   // Adds --config, --data-dir, --log-level, --log-format to `cmd`.
   void addTo(CLI::App& cmd);
 
-  // File + environment + flags -> validated Config; also initializes logging.
-  Result<Config> load() const;
+  // File + environment + flags (then `extra`, a subcommand's own flags that
+  // set configuration fields) -> validated Config; also initializes logging.
+  Result<Config> load(const std::vector<std::pair<std::string, std::string>>& extra = {}) const;
 };
 
 }  // namespace lg::cli

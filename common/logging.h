@@ -11,15 +11,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/log_options.h"
+
 namespace lg {
-
-enum class LogFormat { kText, kJson };
-
-// Parsed and validated by config/ like every other options struct.
-struct LogOptions {
-  std::string level = "info";  // trace, debug, info, warn, error, critical, off
-  LogFormat format = LogFormat::kText;
-};
 
 // Applies level and format to all existing and future component loggers.
 // Safe to call more than once (tests, reloads). Thread-safe.

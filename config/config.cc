@@ -5,6 +5,9 @@
 #include <cctype>
 #include <charconv>
 #include <limits>
+#include <span>
+#include <string_view>
+#include <type_traits>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -17,7 +20,20 @@ namespace lg {
 namespace {
 
 using json = nlohmann::json;
-using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*>;
+using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, LatentDTypeSetting*,
+                              StoredDTypeSetting*, RestorePolicySetting*>;
+
+// The names of each enum setting, indexed by the enumerator's value: the one
+// list that parsing, validation messages and `config show` use.
+constexpr std::array<std::string_view, 2> kLogFormatNames = {"text", "json"};
+constexpr std::array<std::string_view, 2> kLatentDTypeNames = {"f32", "bf16"};
+constexpr std::array<std::string_view, 4> kStoredDTypeNames = {"pool", "f32", "bf16", "int8"};
+constexpr std::array<std::string_view, 3> kRestorePolicyNames = {"auto", "always", "never"};
+
+std::span<const std::string_view> enumNames(LogFormat) { return kLogFormatNames; }
+std::span<const std::string_view> enumNames(LatentDTypeSetting) { return kLatentDTypeNames; }
+std::span<const std::string_view> enumNames(StoredDTypeSetting) { return kStoredDTypeNames; }
+std::span<const std::string_view> enumNames(RestorePolicySetting) { return kRestorePolicyNames; }
 
 struct Field {
   std::string_view path;
@@ -40,6 +56,9 @@ const std::array kFields = {
     LG_FIELD("engine.model_dir", engine.model_dir),
     LG_FIELD("engine.threads", engine.threads),
     LG_FIELD("engine.max_context", engine.max_context),
+    LG_FIELD("engine.latent_dtype", engine.latent_dtype),
+    LG_FIELD("engine.pool_blocks", engine.pool_blocks),
+    LG_FIELD("engine.max_batch_tokens", engine.max_batch_tokens),
     LG_FIELD("cache.block_tokens", cache.block_tokens),
     LG_FIELD("cache.tier0_budget_bytes", cache.tier0_budget_bytes),
     LG_FIELD("cache.disk_path", cache.disk_path),
@@ -52,6 +71,7 @@ const std::array kFields = {
     LG_FIELD("cache.write_back_batch_blocks", cache.write_back_batch_blocks),
     LG_FIELD("cache.restore_policy", cache.restore_policy),
     LG_FIELD("cache.in_flight_wait_ms", cache.in_flight_wait_ms),
+    LG_FIELD("cache.io_threads", cache.io_threads),
 };
 #undef LG_FIELD
 
@@ -121,20 +141,44 @@ Status parseBool(const std::string& path, const std::string& text, bool& out) {
   return invalidArgument(path + ": expected true or false, got " + quoteValue(text));
 }
 
-Status parseLogFormat(const std::string& path, const std::string& text, LogFormat& out) {
-  if (text == "text") { out = LogFormat::kText; return Status::ok(); }
-  if (text == "json") { out = LogFormat::kJson; return Status::ok(); }
-  return invalidArgument(path + ": expected \"text\" or \"json\", got " + quoteValue(text));
+template <typename E>
+Status parseEnum(const std::string& path, const std::string& text, E& out) {
+  const std::span<const std::string_view> names = enumNames(E{});
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (text == names[i]) {
+      out = static_cast<E>(i);
+      return Status::ok();
+    }
+  }
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i) expected += (i == 0 ? "" : ", ") + std::string(names[i]);
+  return invalidArgument(path + ": expected one of " + expected + "; got " + quoteValue(text));
+}
+
+template <typename E>
+std::string_view enumName(E value) {
+  return enumNames(value)[static_cast<size_t>(value)];
 }
 
 Status setFromString(const Field& field, const std::string& value, Config& config) {
   const std::string path(field.path);
-  FieldRef ref = field.ref(config);
-  if (auto* s = std::get_if<std::string*>(&ref)) { **s = value; return Status::ok(); }
-  if (auto* i = std::get_if<int*>(&ref)) return parseInt(path, value, **i);
-  if (auto* l = std::get_if<int64_t*>(&ref)) return parseInt64(path, value, **l);
-  if (auto* b = std::get_if<bool*>(&ref)) return parseBool(path, value, **b);
-  return parseLogFormat(path, value, **std::get_if<LogFormat*>(&ref));
+  return std::visit(
+      [&](auto* target) -> Status {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          *target = value;
+          return Status::ok();
+        } else if constexpr (std::is_same_v<T, int>) {
+          return parseInt(path, value, *target);
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          return parseInt64(path, value, *target);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return parseBool(path, value, *target);
+        } else {
+          return parseEnum(path, value, *target);
+        }
+      },
+      field.ref(config));
 }
 
 Status setFromJson(const Field& field, const json& value, Config& config) {
@@ -242,6 +286,14 @@ Status validateConfig(const Config& c) {
     return invalidArgument("engine.max_context: expected >= 0 (0 = the model's), got " +
                            std::to_string(c.engine.max_context));
   }
+  if (c.engine.pool_blocks < 0 || c.engine.pool_blocks > (int64_t{1} << 30)) {
+    return invalidArgument("engine.pool_blocks: expected 0..1073741824 (0 = 4 sequences of max_context), got " +
+                           std::to_string(c.engine.pool_blocks));
+  }
+  if (c.engine.max_batch_tokens < 1 || c.engine.max_batch_tokens > (int64_t{1} << 20)) {
+    return invalidArgument("engine.max_batch_tokens: expected 1..1048576, got " +
+                           std::to_string(c.engine.max_batch_tokens));
+  }
   if (c.cache.block_tokens < 1 || c.cache.block_tokens > 4096) {
     return invalidArgument("cache.block_tokens: expected 1..4096, got " + std::to_string(c.cache.block_tokens));
   }
@@ -256,11 +308,6 @@ Status validateConfig(const Config& c) {
     return invalidArgument("cache.disk_ttl_seconds: expected >= 0 (0 = never expire), got " +
                            std::to_string(c.cache.disk_ttl_seconds));
   }
-  static constexpr std::array kStoredDTypes = {"pool", "f32", "bf16", "int8"};
-  if (std::find(kStoredDTypes.begin(), kStoredDTypes.end(), c.cache.stored_dtype) == kStoredDTypes.end()) {
-    return invalidArgument("cache.stored_dtype: expected one of pool, f32, bf16, int8; got " +
-                           quoteValue(c.cache.stored_dtype));
-  }
   if (c.cache.write_through_hits < -1) {
     return invalidArgument("cache.write_through_hits: expected >= -1 (-1 = never, 0 = at once), got " +
                            std::to_string(c.cache.write_through_hits));
@@ -273,14 +320,13 @@ Status validateConfig(const Config& c) {
     return invalidArgument("cache.write_back_batch_blocks: expected 1..4096, got " +
                            std::to_string(c.cache.write_back_batch_blocks));
   }
-  static constexpr std::array kPolicies = {"auto", "always", "never"};
-  if (std::find(kPolicies.begin(), kPolicies.end(), c.cache.restore_policy) == kPolicies.end()) {
-    return invalidArgument("cache.restore_policy: expected one of auto, always, never; got " +
-                           quoteValue(c.cache.restore_policy));
-  }
   if (c.cache.in_flight_wait_ms < 0) {
     return invalidArgument("cache.in_flight_wait_ms: expected >= 0 (0 = never wait), got " +
                            std::to_string(c.cache.in_flight_wait_ms));
+  }
+  if (c.cache.io_threads < 0 || c.cache.io_threads > 64) {
+    return invalidArgument("cache.io_threads: expected 0..64 (0 = one per core, at most 4), got " +
+                           std::to_string(c.cache.io_threads));
   }
   return Status::ok();
 }
@@ -317,13 +363,17 @@ std::string configToJson(const Config& config) {
       node = &(*node)[std::string(path.substr(0, dot))];
       path.remove_prefix(dot + 1);
     }
-    FieldRef ref = f.ref(copy);
     json& leaf = (*node)[std::string(path)];
-    if (auto* s = std::get_if<std::string*>(&ref)) leaf = **s;
-    else if (auto* i = std::get_if<int*>(&ref)) leaf = **i;
-    else if (auto* l = std::get_if<int64_t*>(&ref)) leaf = **l;
-    else if (auto* b = std::get_if<bool*>(&ref)) leaf = **b;
-    else leaf = (**std::get_if<LogFormat*>(&ref) == LogFormat::kJson) ? "json" : "text";
+    std::visit(
+        [&](auto* value) {
+          using T = std::remove_pointer_t<decltype(value)>;
+          if constexpr (std::is_enum_v<T>) {
+            leaf = std::string(enumName(*value));
+          } else {
+            leaf = *value;
+          }
+        },
+        f.ref(copy));
   }
   return out.dump(2);
 }

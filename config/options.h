@@ -2,14 +2,17 @@
 //
 // Each module reads only its own struct, passed by const reference; nothing
 // below cli/ reads the environment or files for configuration. config.h parses
-// and validates these from a file, environment variables and flags.
+// and validates these once, from a file, environment variables and flags;
+// every value here is typed (enums, not strings) and already valid. Each
+// module turns its part into its own options with one function
+// (engine/backend_config.h, cache/cache_config.h).
 // Defaults are the embedded mode: everything under ./data, a demo model.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "common/logging.h"
+#include "common/log_options.h"
 
 namespace lg {
 
@@ -20,11 +23,24 @@ struct ServerOptions {
   int io_threads = 2;
 };
 
+// The dtype of the engine's latent pool. BF16 halves the pool's memory but
+// misses the 1e-3 golden bar (docs/engine.md), so F32 is the default.
+enum class LatentDTypeSetting : uint8_t { kF32, kBF16 };
+
 struct EngineOptions {
   std::string model_dir;  // empty: the demo model under data_dir/models/demo
   int threads = 0;        // 0: one per hardware thread
   int max_context = 0;    // 0: the model's max_position_embeddings
+  LatentDTypeSetting latent_dtype = LatentDTypeSetting::kF32;
+  int64_t pool_blocks = 0;           // latent pool capacity in blocks; 0: enough for 4 sequences of max_context
+  int64_t max_batch_tokens = 16384;  // new tokens per forward pass (bounds activation memory)
 };
+
+// How stored blocks are encoded on disk: as the pool holds them, or
+// converted (bf16 and int8 are lossy, docs/cache.md).
+enum class StoredDTypeSetting : uint8_t { kPool, kF32, kBF16, kInt8 };
+// Whether a lookup restores blocks from disk: as the cost model decides, or always, or never.
+enum class RestorePolicySetting : uint8_t { kAuto, kAlways, kNever };
 
 // The prefix cache (cache/, docs/cache.md). Sizes are bytes; in a file or
 // the environment they may carry a binary suffix ("8GiB", "512MiB").
@@ -35,12 +51,13 @@ struct CacheOptions {
   int64_t disk_max_bytes = int64_t{64} << 30;     // byte cap of the disk tier
   int64_t disk_ttl_seconds = 7 * 24 * 3600;       // unused blocks expire after this; 0: never
   bool disk_verify_checksums = false;             // also verify RocksDB's checksums on block reads (docs/cache.md)
-  std::string stored_dtype = "pool";              // pool (the pool's dtype, f32 by default), f32, bf16, int8
+  StoredDTypeSetting stored_dtype = StoredDTypeSetting::kPool;  // pool, f32, bf16, int8
   int write_through_hits = 2;                     // write a block through after N reuses; 0: at once; -1: never
   int write_back_queue_blocks = 64;               // bounded write-back queue; full: dropped and counted
   int write_back_batch_blocks = 16;               // blocks per RocksDB write batch
-  std::string restore_policy = "auto";            // auto (cost model), always, never
+  RestorePolicySetting restore_policy = RestorePolicySetting::kAuto;  // auto (cost model), always, never
   int in_flight_wait_ms = 60000;                  // longest wait for blocks another request is computing
+  int io_threads = 0;                             // restore threads; 0: one per core, at most 4
 };
 
 struct Config {

@@ -38,10 +38,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cache/cache_config.h"
 #include "cache/disk_tier.h"
 #include "cache/model_fingerprint.h"
 #include "cache/prefix_cache.h"
 #include "common/malloc_tuning.h"
+#include "config/config.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/load_progress.h"
 #include "engine/model/presets.h"
@@ -541,7 +543,11 @@ int main(int argc, char** argv) {
   using namespace lg::cache;
   lg::keepFreedMemoryForReuse();  // as latentgate does (common/malloc_tuning.h)
   const Args args = parseArgs(argc, argv);
-  const StoredDType stored = orDie(parseStoredDType(args.stored_dtype));
+  // --stored-dtype takes the names cache.stored_dtype takes ("pool": the
+  // bench's f32 pool).
+  lg::Config config;
+  if (lg::Status st = lg::setConfigField("cache.stored_dtype", args.stored_dtype, config); !st.isOk()) die(st.toString());
+  const StoredDType stored = storedDType(config.cache.stored_dtype, lg::engine::LatentDType::kF32);
   std::printf("cache_bench: threads %d (0 = all), stored dtype %s\n", args.threads, args.stored_dtype.c_str());
   if (args.child_seed >= 0) return childServe(args, stored);
   if (args.ttft) ttftBench(args, stored);

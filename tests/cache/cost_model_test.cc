@@ -95,8 +95,6 @@ TEST(CostModelTest, SerializesAndRejectsGarbage) {
   EXPECT_FALSE(back.deserialize("v1 1 1 1 1 1 1").isOk());
   EXPECT_FALSE(back.deserialize("").isOk());
   EXPECT_EQ(back.estimates().prefills, 1);  // unchanged by the rejected inputs
-  EXPECT_EQ(parseRestorePolicy("always").value(), RestorePolicy::kAlways);
-  EXPECT_FALSE(parseRestorePolicy("sometimes").isOk());
 }
 
 }  // namespace

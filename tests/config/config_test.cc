@@ -94,8 +94,8 @@ TEST(ConfigTest, CacheSizesTakeBinarySuffixesAndBadValuesAreRejected) {
                   .isOk());
   EXPECT_EQ(c.cache.tier0_budget_bytes, int64_t{512} << 20);
   EXPECT_EQ(c.cache.disk_max_bytes, int64_t{8} << 30);
-  EXPECT_EQ(c.cache.stored_dtype, "bf16");
-  EXPECT_EQ(c.cache.restore_policy, "never");
+  EXPECT_EQ(c.cache.stored_dtype, StoredDTypeSetting::kBF16);
+  EXPECT_EQ(c.cache.restore_policy, RestorePolicySetting::kNever);
   EXPECT_TRUE(c.cache.disk_verify_checksums);
   EXPECT_FALSE(applyConfigText(R"({"cache": {"disk_verify_checksums": "yes"}})", "f.json", c).isOk());
   ConfigSources sources;
@@ -112,7 +112,8 @@ TEST(ConfigTest, CacheSizesTakeBinarySuffixesAndBadValuesAreRejected) {
            {"LATENTGATE_CACHE_STORED_DTYPE", "fp4"},
            {"LATENTGATE_CACHE_RESTORE_POLICY", "sometimes"},
            {"LATENTGATE_CACHE_WRITE_BACK_QUEUE_BLOCKS", "0"},
-           {"LATENTGATE_CACHE_DISK_VERIFY_CHECKSUMS", "yes"}}) {
+           {"LATENTGATE_CACHE_DISK_VERIFY_CHECKSUMS", "yes"},
+           {"LATENTGATE_CACHE_IO_THREADS", "65"}}) {
     sources.environment = {{name, value}};
     auto bad = loadConfig(sources);
     ASSERT_FALSE(bad.isOk()) << name << "=" << value;
@@ -120,9 +121,37 @@ TEST(ConfigTest, CacheSizesTakeBinarySuffixesAndBadValuesAreRejected) {
   }
 }
 
+TEST(ConfigTest, EngineSettingsAreTypedAndValidatedOnce) {
+  Config c;
+  ASSERT_TRUE(applyConfigText(R"({"engine": {"latent_dtype": "bf16", "pool_blocks": 4096,
+                                             "max_batch_tokens": 8192}})",
+                              "f.json", c)
+                  .isOk());
+  EXPECT_EQ(c.engine.latent_dtype, LatentDTypeSetting::kBF16);
+  EXPECT_EQ(c.engine.pool_blocks, 4096);
+  EXPECT_EQ(c.engine.max_batch_tokens, 8192);
+  const Status bad_name = applyConfigText(R"({"engine": {"latent_dtype": "fp8"}})", "f.json", c);
+  ASSERT_FALSE(bad_name.isOk());
+  EXPECT_NE(bad_name.message().find("engine.latent_dtype: expected one of f32, bf16; got \"fp8\""), std::string::npos)
+      << bad_name.message();
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"LATENTGATE_ENGINE_POOL_BLOCKS", "-1"},
+           {"LATENTGATE_ENGINE_MAX_BATCH_TOKENS", "0"},
+           {"LATENTGATE_ENGINE_LATENT_DTYPE", "F32"}}) {
+    ConfigSources sources;
+    sources.environment = {{name, value}};
+    auto bad = loadConfig(sources);
+    ASSERT_FALSE(bad.isOk()) << name << "=" << value;
+    EXPECT_NE(bad.status().message().find("engine."), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(ConfigTest, EffectiveConfigRoundTrips) {
   Config c;
   c.engine.threads = 9;
+  c.engine.latent_dtype = LatentDTypeSetting::kBF16;
+  c.cache.stored_dtype = StoredDTypeSetting::kInt8;
+  c.cache.restore_policy = RestorePolicySetting::kAlways;
   c.log.format = LogFormat::kJson;
   c.cache.disk_max_bytes = int64_t{3} << 40;
   c.cache.disk_verify_checksums = true;
@@ -132,6 +161,10 @@ TEST(ConfigTest, EffectiveConfigRoundTrips) {
   EXPECT_EQ(back.log.format, LogFormat::kJson);
   EXPECT_EQ(back.cache.disk_max_bytes, int64_t{3} << 40);
   EXPECT_TRUE(back.cache.disk_verify_checksums);
+  EXPECT_EQ(back.engine.latent_dtype, LatentDTypeSetting::kBF16);
+  EXPECT_EQ(back.cache.stored_dtype, StoredDTypeSetting::kInt8);
+  EXPECT_EQ(back.cache.restore_policy, RestorePolicySetting::kAlways);
+  EXPECT_NE(configToJson(c).find("\"stored_dtype\": \"int8\""), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,20 @@
+// The prefix cache's options from the process configuration: the one place
+// where cache.* becomes PrefixCacheOptions and DiskTierOptions. The values
+// were validated when the Config was loaded.
+#pragma once
+
+#include "cache/disk_tier.h"
+#include "cache/prefix_cache.h"
+#include "config/options.h"
+#include "engine/latent_pool.h"
+
+namespace lg::cache {
+
+// "pool" stores blocks in the pool's own dtype (no conversion, no loss).
+StoredDType storedDType(StoredDTypeSetting setting, engine::LatentDType pool);
+RestorePolicy restorePolicy(RestorePolicySetting setting);
+PrefixCacheOptions prefixCacheOptions(const Config& config, engine::LatentDType pool);
+// The store lives at cache.disk_path, by default data_dir/kv.
+DiskTierOptions diskTierOptions(const Config& config);
+
+}  // namespace lg::cache
