@@ -50,7 +50,7 @@ struct CacheOptions {
   std::string disk_path;                          // the RocksDB tier; empty: data_dir/kv
   int64_t disk_max_bytes = int64_t{64} << 30;     // byte cap of the disk tier
   int64_t disk_ttl_seconds = 7 * 24 * 3600;       // unused blocks expire after this; 0: never
-  bool disk_verify_checksums = false;             // also verify RocksDB's checksums on block reads (docs/cache.md)
+  bool disk_verify_checksums = true;              // RocksDB's own read checksums (SST blocks, blobs; docs/cache.md)
   StoredDTypeSetting stored_dtype = StoredDTypeSetting::kPool;  // pool, f32, bf16, int8
   int write_through_hits = 2;                     // write a block through after N reuses; 0: at once; -1: never
   int write_back_queue_blocks = 64;               // bounded write-back queue; full: dropped and counted

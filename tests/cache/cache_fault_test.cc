@@ -113,7 +113,7 @@ TEST_P(CacheFaultTest, FlippedBytesInStoredValuesAreRejected) {
   const std::string store = copyStore("values");
   auto fp = fingerprintModel(engine::testing::fixtureDir(kFixture));
   ASSERT_TRUE(fp.isOk());
-  const auto keys = chainBlockKeys("team", latentIdentity(fp->digest, layout_), golden_.ids, kBt);
+  const auto keys = chainBlockKeys(team("team").key(), latentIdentity(fp->digest, layout_), golden_.ids, kBt);
   {
     DiskTierOptions o;
     o.path = store;
@@ -166,6 +166,11 @@ TEST_P(CacheFaultTest, FlippedBytesInSstFilesAreCaught) {
 // Corruption, a missing key, a reference to the wrong bytes) must end in a
 // miss or a rejected block, never in wrong latents or a crash.
 TEST_P(CacheFaultTest, FlippedBytesInSstDataBlocksNeverServeWrongLatents) {
+  // Debian's librocksdb is built with its assertions on: parsing a corrupted
+  // key it did not checksum can abort the process (seen: dbformat.h
+  // ParseInternalKey). That is why cache.disk_verify_checksums is on by
+  // default; with it off, a damaged SST is outside what we can promise.
+  if (!GetParam()) GTEST_SKIP() << "SST damage needs RocksDB's read checksums (cache.disk_verify_checksums)";
   const std::string store = copyStore("sst-data");
   // The block column family's tables: their properties name the family
   // ("...name" then "blocks" in the property block). Their first data block
@@ -234,7 +239,7 @@ TEST(CacheCrashTest, ChildWritesUntilKilled) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // never outlive a dead parent long
   for (int i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
     const auto ids = crashIds(g, i);
-    PrefixLease lease = (*cache)->acquire("team", ids);
+    PrefixLease lease = (*cache)->acquire(team("team"), ids);
     engine::SequenceBlocks seq(*backend);
     seq.adopt(lease.takeBlocks(), lease.cachedTokens());
     ASSERT_TRUE(engine::runForwardFrom(*backend, seq, ids, {}).isOk());
