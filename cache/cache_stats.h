@@ -31,6 +31,7 @@ struct CacheStats {
   uint64_t lookups = 0;            // completed lookups (the token counts below are theirs)
   uint64_t prompt_tokens = 0;
   uint64_t cancelled_lookups = 0;  // leases dropped while their lookup was pending
+  uint64_t denied_shared_reads = 0;  // shared namespaces a lookup named but its team was not granted
   TierStats tier0;
   TierStats disk;
 

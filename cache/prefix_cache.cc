@@ -44,7 +44,7 @@ enum class LeasePhase : uint8_t { kRunning, kWaiting, kReady, kDone };
 struct LeaseState {
   // Fixed by lookup().
   uint64_t id = 0;
-  std::string ns;                                // publishes go here
+  std::string ns;                                // the team namespace's key: publishes go here
   std::vector<int32_t> ids;
   std::vector<Digest> keys;                      // ns chain keys of the prompt's full blocks
   std::vector<std::vector<Digest>> shared_keys;  // per readable shared namespace, up to max_hit
@@ -101,7 +101,7 @@ struct PrefixCache::RestoreJob {
 };
 
 struct PrefixCache::Counters {
-  std::atomic<uint64_t> lookups{0}, prompt_tokens{0}, cancelled{0};
+  std::atomic<uint64_t> lookups{0}, prompt_tokens{0}, cancelled{0}, denied_shared_reads{0};
   std::atomic<uint64_t> tier0_hit{0}, tier0_miss{0}, disk_hit{0}, disk_miss{0};
   std::atomic<uint64_t> tier0_evicted{0}, reclaimed{0}, waits{0}, wait_timeouts{0}, published{0};
   std::atomic<uint64_t> write_through{0}, export_errors{0};
@@ -412,21 +412,34 @@ int32_t PrefixCache::evictUnpinned(int32_t max_blocks) {
 
 // ---------------------------------------------------------------- one lookup
 
-PrefixLease PrefixCache::lookup(std::string_view ns, std::span<const int32_t> ids, LookupOptions options) {
+PrefixLease PrefixCache::lookup(const TeamNamespace& team, std::span<const int32_t> ids, LookupOptions options) {
   auto st = std::make_shared<LeaseState>();
   LeaseState& s = *st;
   const int32_t bt = block_tokens_;
   const int32_t n = static_cast<int32_t>(ids.size());
-  s.ns = std::string(ns);
+  s.ns = team.key();
   s.hit_ns = s.ns;
   s.ids.assign(ids.begin(), ids.end());
   s.block_tokens = bt;
   s.n_full = n / bt;
   s.max_hit = n > 0 ? (n - 1) / bt : 0;
+  // Only the shared namespaces granted to this team are read at all: one not
+  // granted is neither looked up nor waited on, so it cannot leak even timing.
+  std::vector<const SharedNamespace*> readable;
+  {
+    std::lock_guard lock(mu_);
+    for (const SharedNamespace& shared : options.shared_namespaces) {
+      if (grants_.count({shared.key(), team.key()}) != 0) {
+        readable.push_back(&shared);
+      } else {
+        counters_->denied_shared_reads.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
   // SHA-256 chains outside the lock.
-  s.keys = chainBlockKeys(ns, model_, ids, bt);
-  for (const std::string& shared : options.shared_namespaces) {
-    s.shared_keys.push_back(chainBlockKeys(shared, model_, ids.first(static_cast<size_t>(s.max_hit) * bt), bt));
+  s.keys = chainBlockKeys(s.ns, model_, ids, bt);
+  for (const SharedNamespace* shared : readable) {
+    s.shared_keys.push_back(chainBlockKeys(shared->key(), model_, ids.first(static_cast<size_t>(s.max_hit) * bt), bt));
   }
   s.wait = options.in_flight_wait.count() < 0 ? options_.in_flight_wait : options.in_flight_wait;
   s.deadline = Clock::now() + s.wait;
@@ -454,7 +467,7 @@ PrefixLease PrefixCache::lookup(std::string_view ns, std::span<const int32_t> id
         if (const int32_t a = available(s.shared_keys[i]); a > best) {
           best = a;
           s.hit_keys = &s.shared_keys[i];
-          s.hit_ns = options.shared_namespaces[i];
+          s.hit_ns = readable[i]->key();
         }
       }
     }
@@ -464,8 +477,8 @@ PrefixLease PrefixCache::lookup(std::string_view ns, std::span<const int32_t> id
   return lease;
 }
 
-PrefixLease PrefixCache::acquire(std::string_view ns, std::span<const int32_t> ids, LookupOptions options) {
-  PrefixLease lease = lookup(ns, ids, std::move(options));
+PrefixLease PrefixCache::acquire(const TeamNamespace& team, std::span<const int32_t> ids, LookupOptions options) {
+  PrefixLease lease = lookup(team, ids, std::move(options));
   lease.wait();
   return lease;
 }
@@ -848,10 +861,10 @@ void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_
   finishEviction(victims);
 }
 
-Result<int32_t> PrefixCache::publishToNamespace(std::string_view from_ns, std::string_view to_ns,
+Result<int32_t> PrefixCache::publishToNamespace(const TeamNamespace& from_ns, const SharedNamespace& to_ns,
                                                 std::span<const int32_t> ids) {
-  const std::vector<Digest> from = chainBlockKeys(from_ns, model_, ids, block_tokens_);
-  const std::vector<Digest> to = chainBlockKeys(to_ns, model_, ids, block_tokens_);
+  const std::vector<Digest> from = chainBlockKeys(from_ns.key(), model_, ids, block_tokens_);
+  const std::vector<Digest> to = chainBlockKeys(to_ns.key(), model_, ids, block_tokens_);
   std::lock_guard lock(mu_);
   int32_t published = 0;
   for (size_t j = 0; j < from.size(); ++j) {
@@ -866,8 +879,18 @@ Result<int32_t> PrefixCache::publishToNamespace(std::string_view from_ns, std::s
     }
     ++published;
   }
-  if (published == 0) return notFound("publishToNamespace: the prefix is not cached in namespace " + std::string(from_ns));
+  if (published == 0) return notFound("publishToNamespace: the prefix is not cached in namespace " + from_ns.key());
   return published;
+}
+
+void PrefixCache::grantShared(const SharedNamespace& shared, const TeamNamespace& team) {
+  std::lock_guard lock(mu_);
+  grants_.emplace(shared.key(), team.key());
+}
+
+void PrefixCache::revokeShared(const SharedNamespace& shared, const TeamNamespace& team) {
+  std::lock_guard lock(mu_);
+  grants_.erase({shared.key(), team.key()});
 }
 
 void PrefixCache::observePrefill(int64_t begin, int64_t end, double other_seconds, double attention_seconds) {
@@ -936,6 +959,7 @@ CacheStats PrefixCache::snapshot() const {
   s.lookups = c.lookups.load();
   s.prompt_tokens = c.prompt_tokens.load();
   s.cancelled_lookups = c.cancelled.load();
+  s.denied_shared_reads = c.denied_shared_reads.load();
   s.tier0.hit_tokens = c.tier0_hit.load();
   s.tier0.miss_tokens = c.tier0_miss.load();
   s.tier0.evicted_blocks = c.tier0_evicted.load();

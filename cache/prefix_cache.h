@@ -38,11 +38,15 @@
 // recomputing them. A stored block whose header, tokens or checksum do not
 // match is deleted, counted by reason and recomputed, never served.
 //
-// Namespaces. Keys are chained inside a namespace (the team by default), so
-// tenants never share or time each other's blocks. publishToNamespace copies
-// a cached prefix into another namespace on purpose (a shared namespace an
-// admin publishes to); requests name the shared namespaces they may read in
-// LookupOptions and always publish into their own.
+// Namespaces (namespace.h). Keys are chained inside a namespace, so tenants
+// never share, wait on or time each other's blocks. Every request reads and
+// publishes its own TeamNamespace. publishToNamespace makes a team's cached
+// prefix readable in a SharedNamespace on purpose (an admin action), and
+// grantShared lets a team read a shared namespace: a request may name shared
+// namespaces in LookupOptions, and those not granted to its team are ignored
+// (and counted), never read. In-flight claims are made only in a request's
+// own team namespace, so a wait can only ever be on one's own team's work or
+// on a shared namespace one was granted.
 //
 // Ownership and threads: the cache borrows the latent pool and the disk tier
 // (both must outlive it), owns its I/O pool and write-back thread, and
@@ -64,6 +68,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -76,6 +81,7 @@
 #include "cache/disk_tier.h"
 #include "cache/fingerprint.h"
 #include "cache/io_pool.h"
+#include "cache/namespace.h"
 #include "cache/write_back.h"
 #include "common/status.h"
 #include "engine/latent_pool.h"
@@ -95,7 +101,7 @@ struct PrefixCacheOptions {
 };
 
 struct LookupOptions {
-  std::vector<std::string> shared_namespaces;   // also readable (published on purpose); the longest hit wins
+  std::vector<SharedNamespace> shared_namespaces;  // also read if granted to the team; the longest hit wins
   std::chrono::milliseconds in_flight_wait{-1};  // <0: the cache's default
   std::optional<RestorePolicy> restore_policy;   // empty: the cache's default
   // Called exactly once, when the lease becomes ready: inside lookup() when
@@ -174,14 +180,18 @@ class PrefixCache final : public CacheMetricsSource {
 
   // Never fails and never blocks: whatever cannot be reused is computed by
   // the caller. The lease may be pending (see the top of this file).
-  PrefixLease lookup(std::string_view ns, std::span<const int32_t> ids, LookupOptions options = {});
+  PrefixLease lookup(const TeamNamespace& team, std::span<const int32_t> ids, LookupOptions options = {});
   // lookup() and wait(): for callers that may block.
-  PrefixLease acquire(std::string_view ns, std::span<const int32_t> ids, LookupOptions options = {});
+  PrefixLease acquire(const TeamNamespace& team, std::span<const int32_t> ids, LookupOptions options = {});
 
-  // Makes the cached blocks of ids' prefix in `from_ns` available under
-  // `to_ns` too (same tier-0 blocks, no copy). Reports how many blocks
-  // were published; NotFound if the first block is not in tier 0.
-  Result<int32_t> publishToNamespace(std::string_view from_ns, std::string_view to_ns, std::span<const int32_t> ids);
+  // An admin action: makes the cached blocks of ids' prefix in `from`
+  // readable under `to` too (same tier-0 blocks, no copy). Reports how many
+  // blocks were published; NotFound if the first block is not in tier 0.
+  Result<int32_t> publishToNamespace(const TeamNamespace& from, const SharedNamespace& to,
+                                     std::span<const int32_t> ids);
+  // Admin actions: let `team` read `shared` (idempotent), or stop it.
+  void grantShared(const SharedNamespace& shared, const TeamNamespace& team);
+  void revokeShared(const SharedNamespace& shared, const TeamNamespace& team);
 
   // A prefill of positions [begin, end) took `other_seconds` outside and
   // `attention_seconds` inside attention (feeds the cost model).
@@ -292,6 +302,7 @@ class PrefixCache final : public CacheMetricsSource {
   uint64_t in_flight_ = 0;                        // guarded by mu_
   uint64_t next_lease_ = 1;                       // guarded by mu_
   std::unordered_map<Digest, std::vector<StatePtr>, DigestHash> waiters_;  // guarded by mu_: by awaited key
+  std::set<std::pair<std::string, std::string>> grants_;  // guarded by mu_: (shared key, team key)
 
   std::mutex scratch_mu_;
   std::vector<std::unique_ptr<RestoreScratch>> spare_scratch_;  // guarded by scratch_mu_

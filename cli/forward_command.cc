@@ -141,6 +141,11 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
     std::cerr << "latentgate: " << config.status().toString() << "\n";
     return 2;
   }
+  auto team = cache::TeamNamespace::ofTeam(args.cache_namespace);
+  if (!team.isOk()) {
+    std::cerr << "latentgate forward: --namespace: " << team.status().message() << "\n";
+    return 2;
+  }
   auto ids = readIds(args.ids_file);
   if (!ids.isOk()) {
     std::cerr << "latentgate forward: " << ids.status().toString() << "\n";
@@ -181,7 +186,7 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
   engine::SequenceBlocks seq(**backend);
   cache::PrefixLease lease;
   if (cache) {
-    lease = cache->index->acquire(args.cache_namespace, *ids);
+    lease = cache->index->acquire(*team, *ids);
     seq.adopt(lease.takeBlocks(), lease.cachedTokens());
   }
   auto logits = engine::runForwardFrom(**backend, seq, *ids, run_options, &stats);
@@ -253,7 +258,8 @@ Command addForwardCommand(CLI::App& app, GlobalFlags& flags) {
   cmd->add_option("--latent-dtype", args->latent_dtype, "Latent pool dtype: f32 or bf16 (default: engine.latent_dtype)");
   cmd->add_option("--cache-dir", args->cache_dir,
                   "Persistent prefix cache (a RocksDB directory): reuse the cached prefix, store what is new");
-  cmd->add_option("--namespace", args->cache_namespace, "Prefix cache namespace (default: default)");
+  cmd->add_option("--namespace", args->cache_namespace,
+                  "The team whose prefix cache namespace is used (a team id; default: default)");
   flags.addTo(*cmd);
   return {cmd, [&flags, args]() -> int { return runForwardCommand(flags, *args); }};
 }

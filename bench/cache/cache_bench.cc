@@ -180,7 +180,7 @@ struct Request {
 Request serve(engine::Backend& backend, PrefixCache& cache, std::string_view ns, std::span<const int32_t> ids) {
   Request r;
   const auto t0 = Clock::now();
-  PrefixLease lease = cache.acquire(ns, ids);
+  PrefixLease lease = cache.acquire(orDie(TeamNamespace::ofTeam(ns)), ids);
   engine::SequenceBlocks seq(backend);
   seq.adopt(lease.takeBlocks(), lease.cachedTokens());
   r.cached = lease.cachedTokens();

@@ -34,39 +34,53 @@ class ScopedTempDir {
   std::string path_;
 };
 
-// The content key of each whole block: depends on the tokens only, never on
-// the namespace, like real latents.
-inline std::vector<Digest> contentKeys(const FakeLatentPool& pool, std::span<const int32_t> ids) {
+// A team namespace for tests (the ids used here are valid).
+inline TeamNamespace team(std::string_view id) { return TeamNamespace::ofTeam(id).value(); }
+inline SharedNamespace shared(std::string_view name) { return SharedNamespace::named(name).value(); }
+
+// The content key of each whole block as computed by team `computed_by`. Real
+// latents depend on the tokens only; the fake's also depend on the team that
+// computed them, so a block that crossed from one team to another (other than
+// through a shared namespace the reader was granted) is detected as wrong.
+inline std::vector<Digest> contentKeys(const FakeLatentPool& pool, std::string_view computed_by,
+                                       std::span<const int32_t> ids) {
   const int bt = pool.layout().block_tokens;
   std::vector<int32_t> padded(ids.begin(), ids.end());
   padded.resize((ids.size() + bt - 1) / bt * bt, -1);  // the partial last block gets a key too
-  return chainBlockKeys("content", sha256("content"), padded, bt);
+  return chainBlockKeys(computed_by, sha256("content"), padded, bt);
 }
 
 struct RequestResult {
   int32_t cached_tokens = 0;
   int32_t tier0_blocks = 0;
   int32_t disk_blocks = 0;
-  bool served_right_blocks = true;  // every reused block held the expected latents
+  bool served_right_blocks = true;  // every reused block held latents the team may read
   RestoreChoice decision = RestoreChoice::kNone;
 };
 
-// One request: acquire, adopt the hit blocks, "compute" the rest, publish.
-inline RequestResult runRequest(PrefixCache& cache, FakeLatentPool& pool, std::string_view ns,
-                                std::span<const int32_t> ids, const LookupOptions& options = {}) {
+// One request of team `team_id`: acquire, adopt the hit blocks, "compute" the
+// rest, publish. A reused block must hold what `team_id` computed, or what a
+// team in `may_read_from` computed (the publishers of the shared namespaces
+// the team was granted).
+inline RequestResult runRequest(PrefixCache& cache, FakeLatentPool& pool, std::string_view team_id,
+                                std::span<const int32_t> ids, const LookupOptions& options = {},
+                                const std::vector<std::string>& may_read_from = {}) {
   RequestResult r;
-  PrefixLease lease = cache.acquire(ns, ids, options);
+  PrefixLease lease = cache.acquire(team(team_id), ids, options);
   r.cached_tokens = lease.cachedTokens();
   r.tier0_blocks = lease.tier0Blocks();
   r.disk_blocks = lease.diskBlocks();
   r.decision = lease.decision().choice;
   engine::SequenceBlocks seq(pool, 1 << 20);
   seq.adopt(lease.takeBlocks(), lease.cachedTokens());
-  const std::vector<Digest> content = contentKeys(pool, ids);
+  const std::vector<Digest> content = contentKeys(pool, team_id, ids);
+  std::vector<std::vector<Digest>> allowed;
+  for (const std::string& other : may_read_from) allowed.push_back(contentKeys(pool, other, ids));
   for (int32_t i = 0; i < lease.hitBlocks(); ++i) {
-    if (!pool.holds(seq.blocks()[static_cast<size_t>(i)], content[static_cast<size_t>(i)])) {
-      r.served_right_blocks = false;
-    }
+    const auto b = static_cast<size_t>(i);
+    bool ok = pool.holds(seq.blocks()[b], content[b]);
+    for (const auto& keys : allowed) ok = ok || pool.holds(seq.blocks()[b], keys[b]);
+    if (!ok) r.served_right_blocks = false;
   }
   if (!seq.reserve(static_cast<int32_t>(ids.size())).isOk()) {
     r.served_right_blocks = false;  // pool exhausted: reported as a failure to the test

@@ -62,6 +62,11 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
   auto created = PrefixCache::create(pool, disk->get(), sha256("model"), o);
   ASSERT_TRUE(created.isOk());
   PrefixCache& cache = **created;
+  // Three teams. "team" publishes its prefixes into "shared", which "team"
+  // and "other" were granted; "guest" names it too but was never granted, so
+  // it must only ever be served blocks it computed itself.
+  cache.grantShared(shared("shared"), team("team"));
+  cache.grantShared(shared("shared"), team("other"));
 
   std::atomic<int> wrong{0}, hits{0};
   std::vector<std::thread> threads;
@@ -71,12 +76,17 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
       for (int i = 0; i < kRequestsPerThread; ++i) {
         const auto ids = prompt(static_cast<int>(rng() % 3), static_cast<int>(rng() % 4), static_cast<int>(rng() % 5));
         LookupOptions a;
-        if (rng() % 4 == 0) a.shared_namespaces = {"shared"};
-        const std::string_view ns = rng() % 8 == 0 ? "other" : "team";
+        if (rng() % 4 == 0) a.shared_namespaces = {shared("shared")};
+        const uint32_t who = rng() % 8;
+        const std::string ns = who == 0 ? "other" : who == 1 ? "guest" : "team";
+        // Blocks computed by "team" reach "other" through the shared namespace
+        // (and then its own namespace, where it publishes what it adopted).
+        const std::vector<std::string> may_read_from =
+            ns == "other" ? std::vector<std::string>{"team"} : std::vector<std::string>{};
         if (rng() % 8 == 0) {
           // A client that goes away: the lease is dropped while it may still
           // be pending (waiting for another request's blocks or restoring).
-          PrefixLease dropped = cache.lookup(ns, ids, a);
+          PrefixLease dropped = cache.lookup(team(ns), ids, a);
           if (rng() % 2 == 0) std::this_thread::yield();
           continue;
         }
@@ -85,18 +95,18 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
           // The lease is then dropped unused (its claims are abandoned).
           std::atomic<bool> called{false};
           a.on_ready = [&called] { called.store(true); };
-          PrefixLease lease = cache.lookup(ns, ids, a);
+          PrefixLease lease = cache.lookup(team(ns), ids, a);
           while (!lease.ready()) std::this_thread::yield();
           while (!called.load()) std::this_thread::yield();  // the callback follows readiness
           a.on_ready = nullptr;
         }
-        RequestResult r = runRequest(cache, pool, ns, ids, a);
+        RequestResult r = runRequest(cache, pool, ns, ids, a, may_read_from);
         if (!r.served_right_blocks) wrong.fetch_add(1);
         if (r.cached_tokens > 0) hits.fetch_add(1);
         switch (rng() % 16) {
           case 0: (void)cache.evictUnpinned(static_cast<int32_t>(rng() % 8)); break;
           case 1: (void)cache.snapshot(); break;
-          case 2: (void)cache.publishToNamespace("team", "shared", ids); break;
+          case 2: (void)cache.publishToNamespace(team("team"), shared("shared"), ids); break;
           case 3: cache.observePrefill(0, static_cast<int64_t>(ids.size()), 1e-3, 1e-3); break;
           default: break;
         }
@@ -106,7 +116,8 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
   for (auto& th : threads) th.join();
   ASSERT_TRUE(cache.persistAll().isOk());
   const CacheStats s = cache.snapshot();
-  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);  // includes any block that crossed teams other than by a grant
+  EXPECT_GT(s.denied_shared_reads, 0u);
   EXPECT_GT(hits.load(), 0);
   EXPECT_EQ(s.tier0.hit_tokens + s.tier0.miss_tokens, s.prompt_tokens);
   EXPECT_EQ(s.tier0.hit_tokens + s.disk.hit_tokens + s.disk.miss_tokens, s.prompt_tokens);

@@ -56,7 +56,7 @@ inline GoldenRun runWithCache(const std::string& fixture, const std::string& dir
   EXPECT_TRUE(cache.isOk());
   if (!cache.isOk()) return run;
   {
-    PrefixLease lease = (*cache)->acquire(o.ns, ids);
+    PrefixLease lease = (*cache)->acquire(TeamNamespace::ofTeam(o.ns).value(), ids);
     engine::SequenceBlocks seq(*backend);
     seq.adopt(lease.takeBlocks(), lease.cachedTokens());
     run.cached = lease.cachedTokens();

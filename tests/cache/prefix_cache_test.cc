@@ -42,8 +42,9 @@ class PrefixCacheTest : public ::testing::Test {
       EXPECT_EQ(pool_->allocator().numFree(), pool_->allocator().capacity()) << "leaked references";
     }
   }
-  RequestResult request(std::string_view ns, const std::vector<int32_t>& ids, const LookupOptions& o = {}) {
-    RequestResult r = runRequest(*cache_, *pool_, ns, ids, o);
+  RequestResult request(std::string_view team_id, const std::vector<int32_t>& ids, const LookupOptions& o = {},
+                        const std::vector<std::string>& may_read_from = {}) {
+    RequestResult r = runRequest(*cache_, *pool_, team_id, ids, o, may_read_from);
     EXPECT_TRUE(r.served_right_blocks);
     return r;
   }
@@ -107,20 +108,69 @@ TEST_F(PrefixCacheTest, SharedNamespaceIsReadOnlyOnPurpose) {
   make({}, false);
   const auto system = tokens(4 * kBt, 3);
   request("admin", concat(system, {1}));
-  auto published = cache_->publishToNamespace("admin", "shared", system);
+  auto published = cache_->publishToNamespace(team("admin"), shared("shared"), system);
   ASSERT_TRUE(published.isOk());
   EXPECT_EQ(*published, 4);
-  EXPECT_EQ(cache_->publishToNamespace("nobody", "shared", system).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache_->publishToNamespace(team("nobody"), shared("shared"), system).status().code(),
+            StatusCode::kNotFound);
+  cache_->grantShared(shared("shared"), team("team-2"));
+  cache_->grantShared(shared("shared"), team("team-3"));
   const auto prompt = concat(system, tokens(2 * kBt, 4));
   // Without naming the shared namespace a team sees nothing...
   EXPECT_EQ(request("team", prompt).cached_tokens, 0);
   // ...with it, the shared prefix is reused, and the team's own continuation
   // is published in its own namespace only.
   LookupOptions o;
-  o.shared_namespaces = {"shared"};
-  EXPECT_EQ(request("team-2", prompt, o).cached_tokens, 4 * kBt);
-  EXPECT_EQ(request("team-2", concat(prompt, {9})).cached_tokens, 6 * kBt);
-  EXPECT_EQ(request("team-3", concat(prompt, {9}), o).cached_tokens, 4 * kBt);
+  o.shared_namespaces = {shared("shared")};
+  EXPECT_EQ(request("team-2", prompt, o, {"admin"}).cached_tokens, 4 * kBt);
+  EXPECT_EQ(request("team-2", concat(prompt, {9}), {}, {"admin"}).cached_tokens, 6 * kBt);
+  EXPECT_EQ(request("team-3", concat(prompt, {9}), o, {"admin"}).cached_tokens, 4 * kBt);
+  // A team that was not granted the namespace reads nothing from it, even
+  // when it names it; revoking a grant takes effect at the next lookup.
+  EXPECT_EQ(request("team-4", concat(prompt, {7}), o).cached_tokens, 0);
+  cache_->grantShared(shared("shared"), team("team-5"));
+  cache_->revokeShared(shared("shared"), team("team-5"));
+  EXPECT_EQ(request("team-5", concat(prompt, {8}), o).cached_tokens, 0);
+  // What a team adopted while it was granted stays in its own namespace (like
+  // any prefix it computed): revoking stops further reads of the shared one.
+  cache_->revokeShared(shared("shared"), team("team-3"));
+  EXPECT_EQ(request("team-3", concat(prompt, {9}), o, {"admin"}).cached_tokens, 6 * kBt);
+  EXPECT_EQ(cache_->snapshot().denied_shared_reads, 3u);
+}
+
+TEST_F(PrefixCacheTest, TeamsNeverHitWaitOnOrTimeEachOthersBlocks) {
+  make({}, false);
+  const auto ids = tokens(6 * kBt + 1, 5);
+  // Team A has the prefix cached, and another request of A is computing a
+  // longer one (its blocks are claimed, in flight).
+  request("team-a", ids);
+  const auto longer = concat(ids, tokens(4 * kBt, 6));
+  PrefixLease computing = cache_->acquire(team("team-a"), longer);
+  ASSERT_GT(computing.claimedBlocks(), 0);
+  // Team B, naming every shared namespace there is (none granted), with a
+  // long wait budget: it is ready at once, reuses nothing and never waited.
+  cache_->publishToNamespace(team("team-a"), shared("a-shared"), ids).value();
+  LookupOptions o;
+  o.shared_namespaces = {shared("a-shared")};
+  o.in_flight_wait = std::chrono::milliseconds(60000);
+  PrefixLease b = cache_->lookup(team("team-b"), longer, o);
+  ASSERT_TRUE(b.ready());
+  EXPECT_EQ(b.cachedTokens(), 0);
+  EXPECT_FALSE(b.waited());
+  EXPECT_EQ(cache_->snapshot().in_flight_waits, 0u);
+  // B's own claims (it claimed `longer` in its namespace) do not make a third
+  // team wait either.
+  ASSERT_GT(b.claimedBlocks(), 0);
+  PrefixLease c = cache_->lookup(team("team-c"), longer, o);
+  ASSERT_TRUE(c.ready());
+  EXPECT_FALSE(c.waited());
+  EXPECT_EQ(cache_->snapshot().in_flight_waits, 0u);
+  // A team id and a shared name that are spelled the same are different
+  // namespaces.
+  EXPECT_NE(team("x").key(), shared("x").key());
+  EXPECT_FALSE(TeamNamespace::ofTeam("").isOk());
+  EXPECT_FALSE(TeamNamespace::ofTeam("a/b").isOk());
+  EXPECT_FALSE(SharedNamespace::named(std::string(129, 'a')).isOk());
 }
 
 TEST_F(PrefixCacheTest, BudgetEvictsLeastRecentlyUsedUnpinnedBlocks) {
@@ -130,10 +180,10 @@ TEST_F(PrefixCacheTest, BudgetEvictsLeastRecentlyUsedUnpinnedBlocks) {
   const auto a = tokens(4 * kBt + 1, 10);
   const auto b = tokens(4 * kBt + 1, 11);
   // A request holding a's blocks pins them.
-  PrefixLease held = cache_->acquire("t", a);
+  PrefixLease held = cache_->acquire(team("t"), a);
   engine::SequenceBlocks seq(*pool_, 1 << 20);
   ASSERT_TRUE(seq.reserve(static_cast<int32_t>(a.size())).isOk());
-  const auto content = contentKeys(*pool_, a);
+  const auto content = contentKeys(*pool_, "t", a);
   for (size_t i = 0; i < seq.blocks().size(); ++i) pool_->compute(seq.blocks()[i], content[i]);
   seq.commit(static_cast<int32_t>(a.size()));
   ASSERT_TRUE(held.publish(seq.blocks(), seq.length()).isOk());
@@ -160,7 +210,7 @@ TEST_F(PrefixCacheTest, FullPoolReclaimsUnpinnedCachedBlocks) {
   EXPECT_TRUE(r.served_right_blocks);
   EXPECT_GE(cache_->snapshot().reclaimed_blocks, 2u);
   // Pinned blocks are never reclaimed: with every block held, allocation fails.
-  PrefixLease lease = cache_->acquire("t", tokens(6 * kBt, 21));
+  PrefixLease lease = cache_->acquire(team("t"), tokens(6 * kBt, 21));
   engine::SequenceBlocks seq(*pool_, 1 << 20);
   seq.adopt(lease.takeBlocks(), lease.cachedTokens());
   std::vector<engine::BlockId> extra;
@@ -171,7 +221,7 @@ TEST_F(PrefixCacheTest, FullPoolReclaimsUnpinnedCachedBlocks) {
 TEST_F(PrefixCacheTest, ConcurrentRequestWaitsForTheBlocksBeingComputed) {
   make({}, false);
   const auto ids = tokens(6 * kBt, 30);
-  PrefixLease first = cache_->acquire("t", ids);
+  PrefixLease first = cache_->acquire(team("t"), ids);
   EXPECT_EQ(first.claimedBlocks(), 6);
   EXPECT_EQ(cache_->snapshot().in_flight_blocks, 6u);
   RequestResult second;
@@ -179,7 +229,7 @@ TEST_F(PrefixCacheTest, ConcurrentRequestWaitsForTheBlocksBeingComputed) {
   std::this_thread::sleep_for(50ms);  // the waiter is parked on block 0
   engine::SequenceBlocks seq(*pool_, 1 << 20);
   ASSERT_TRUE(seq.reserve(static_cast<int32_t>(ids.size())).isOk());
-  const auto content = contentKeys(*pool_, ids);
+  const auto content = contentKeys(*pool_, "t", ids);
   for (size_t i = 0; i < seq.blocks().size(); ++i) pool_->compute(seq.blocks()[i], content[i]);
   seq.commit(static_cast<int32_t>(ids.size()));
   ASSERT_TRUE(first.publish(seq.blocks(), seq.length()).isOk());
@@ -195,7 +245,7 @@ TEST_F(PrefixCacheTest, ConcurrentRequestWaitsForTheBlocksBeingComputed) {
 TEST_F(PrefixCacheTest, AbandonedClaimsWakeWaitersAndTimeoutsEnd) {
   make({}, false);
   const auto ids = tokens(3 * kBt + 1, 31);
-  auto first = std::make_unique<PrefixLease>(cache_->acquire("t", ids));
+  auto first = std::make_unique<PrefixLease>(cache_->acquire(team("t"), ids));
   RequestResult second;
   std::thread waiter([&] { second = runRequest(*cache_, *pool_, "t", ids); });
   std::this_thread::sleep_for(50ms);
@@ -205,7 +255,7 @@ TEST_F(PrefixCacheTest, AbandonedClaimsWakeWaitersAndTimeoutsEnd) {
   EXPECT_EQ(request("t", ids).cached_tokens, 3 * kBt);  // the waiter published them
 
   const auto other = tokens(3 * kBt + 1, 32);
-  PrefixLease blocker = cache_->acquire("t", other);
+  PrefixLease blocker = cache_->acquire(team("t"), other);
   LookupOptions o;
   o.in_flight_wait = 30ms;
   const auto t0 = std::chrono::steady_clock::now();
@@ -285,7 +335,7 @@ TEST_F(PrefixCacheTest, CorruptStoredBlocksAreRejectedCountedAndRecomputed) {
   const auto ids = tokens(6 * kBt + 1, 70);
   request("t", ids);
   cache_->writerForTest()->drain();
-  const auto keys = chainBlockKeys("t", model_, ids, kBt);
+  const auto keys = chainBlockKeys(team("t").key(), model_, ids, kBt);
   // Flip one payload byte of block 3 and one token id of block 5, in RocksDB.
   auto values = disk_->multiGet(keys);
   ASSERT_TRUE(values[3] && values[5]);
@@ -340,7 +390,7 @@ TEST_F(PrefixCacheTest, PersistAllWritesEverythingAndSavesTheCostModel) {
 TEST_F(PrefixCacheTest, PublishValidatesItsInput) {
   make({}, false);
   const auto ids = tokens(3 * kBt, 95);
-  PrefixLease lease = cache_->acquire("t", ids);
+  PrefixLease lease = cache_->acquire(team("t"), ids);
   std::vector<engine::BlockId> two = {0, 1};
   EXPECT_EQ(lease.publish(two, 3 * kBt).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(lease.publish(two, -1).code(), StatusCode::kInvalidArgument);
@@ -356,7 +406,7 @@ void computeAndPublish(FakeLatentPool& pool, PrefixLease& lease, const std::vect
   engine::SequenceBlocks seq(pool, 1 << 20);
   seq.adopt(lease.takeBlocks(), lease.cachedTokens());
   ASSERT_TRUE(seq.reserve(static_cast<int32_t>(ids.size())).isOk());
-  const auto content = contentKeys(pool, ids);
+  const auto content = contentKeys(pool, "t", ids);
   for (size_t i = static_cast<size_t>(lease.hitBlocks()); i < seq.blocks().size(); ++i) pool.compute(seq.blocks()[i], content[i]);
   seq.commit(static_cast<int32_t>(ids.size()) - seq.length());
   ASSERT_TRUE(lease.publish(seq.blocks(), seq.length()).isOk());
@@ -370,7 +420,7 @@ bool pollUntilReady(const PrefixLease& lease) {
 TEST_F(PrefixCacheTest, PendingLeaseCompletesWhileTheCallingThreadKeepsWorking) {
   make({}, false);
   const auto ids = tokens(6 * kBt, 130);
-  PrefixLease first = cache_->acquire("t", ids);
+  PrefixLease first = cache_->acquire(team("t"), ids);
   ASSERT_EQ(first.claimedBlocks(), 6);
   std::atomic<int> calls{0};
   std::atomic<bool> called_off_thread{false};
@@ -381,7 +431,7 @@ TEST_F(PrefixCacheTest, PendingLeaseCompletesWhileTheCallingThreadKeepsWorking) 
   };
   // Block 0 is in flight: the lookup returns at once, pending, instead of
   // waiting for it...
-  PrefixLease second = cache_->lookup("t", ids, o);
+  PrefixLease second = cache_->lookup(team("t"), ids, o);
   EXPECT_FALSE(second.ready());
   EXPECT_EQ(calls.load(), 0);
   EXPECT_EQ(cache_->snapshot().in_flight_waits, 1u);
@@ -405,7 +455,7 @@ TEST_F(PrefixCacheTest, TierZeroHitIsReadyAtOnceAndCallsBackInline) {
   int calls = 0;
   LookupOptions o;
   o.on_ready = [&] { ++calls; };
-  PrefixLease lease = cache_->lookup("t", ids, o);
+  PrefixLease lease = cache_->lookup(team("t"), ids, o);
   EXPECT_TRUE(lease.ready());
   EXPECT_EQ(calls, 1);  // inside lookup(), on this thread
   EXPECT_EQ(lease.cachedTokens(), 3 * kBt);
@@ -425,7 +475,7 @@ TEST_F(PrefixCacheTest, RestoreRunsOnTheIoPoolAndCallsBackOnce) {
     calls.fetch_add(1);
     called_off_thread.store(std::this_thread::get_id() != caller);
   };
-  PrefixLease lease = cache_->lookup("t", ids, o);
+  PrefixLease lease = cache_->lookup(team("t"), ids, o);
   ASSERT_TRUE(pollUntilReady(lease));
   EXPECT_EQ(calls.load(), 1);
   EXPECT_TRUE(called_off_thread.load());  // read, verified and imported off the calling thread
@@ -433,7 +483,7 @@ TEST_F(PrefixCacheTest, RestoreRunsOnTheIoPoolAndCallsBackOnce) {
   EXPECT_EQ(lease.cachedTokens(), 8 * kBt);
   engine::SequenceBlocks seq(*pool_, 1 << 20);
   seq.adopt(lease.takeBlocks(), lease.cachedTokens());
-  const auto content = contentKeys(*pool_, ids);
+  const auto content = contentKeys(*pool_, "t", ids);
   for (size_t i = 0; i < seq.blocks().size(); ++i) EXPECT_TRUE(pool_->holds(seq.blocks()[i], content[i]));
 }
 
@@ -442,12 +492,12 @@ TEST_F(PrefixCacheTest, DroppingAPendingLeaseCancelsItAndLeaksNothing) {
   const auto ids = tokens(4 * kBt + 1, 133);
   const auto longer = concat(ids, tokens(2 * kBt, 134));
   request("t", tokens(kBt + 1, 135));
-  PrefixLease first = cache_->acquire("t", ids);
+  PrefixLease first = cache_->acquire(team("t"), ids);
   bool called = false;
   LookupOptions o;
   o.on_ready = [&] { called = true; };
   {
-    PrefixLease pending = cache_->lookup("t", longer, o);
+    PrefixLease pending = cache_->lookup(team("t"), longer, o);
     EXPECT_FALSE(pending.ready());
   }  // the client went away
   computeAndPublish(*pool_, first, ids);
