@@ -7,14 +7,18 @@
 #define XXH_STATIC_LINKING_ONLY  // for a stack-allocated XXH3_state_t
 #include <xxhash.h>
 
+#include <openssl/crypto.h>
+
 #include "common/bfloat16.h"
 
 namespace lg::cache {
 namespace {
 
 constexpr char kMagic[4] = {'L', 'G', 'K', 'V'};
-constexpr uint16_t kFormatVersion = 1;
+// Version 2 added the namespace tag and the MAC trailer.
+constexpr uint16_t kFormatVersion = 2;
 constexpr size_t kHeaderBytes = 128;
+constexpr size_t kMacBytes = 32;  // HMAC-SHA-256 trailer
 
 // Header layout (offsets in bytes). Everything is little-endian (x86/ARM hosts).
 constexpr size_t kOffMagic = 0;        // 4
@@ -26,8 +30,10 @@ constexpr size_t kOffRowDim = 16;      // u32
 constexpr size_t kOffPayload = 24;     // u64 payload bytes
 constexpr size_t kOffModel = 32;       // 32
 constexpr size_t kOffKey = 64;         // 32
-constexpr size_t kOffChecksum = 96;    // 16: XXH3-128 over the value with this field zeroed
-// 112..127 reserved (zero)
+constexpr size_t kOffChecksum = 96;    // 16: XXH3-128 over the value before the MAC, this field zeroed
+constexpr size_t kOffNamespace = 112;  // 16: the first bytes of the namespace's keyed tag
+// Then the token ids, the payload, and the MAC: HMAC-SHA-256 under the
+// installation secret over everything before it (checksum included).
 
 template <typename T>
 void put(std::string& s, size_t off, T v) { std::memcpy(s.data() + off, &v, sizeof v); }
@@ -43,6 +49,7 @@ size_t payloadBytes(const BlockGeometry& g, StoredDType dtype) {
   return 0;
 }
 
+// `value` without its MAC trailer.
 XXH128_hash_t checksum(std::string_view value) {
   // Hash the header with the checksum field zeroed, then the rest.
   char header[kHeaderBytes];
@@ -76,16 +83,19 @@ std::string_view rejectReasonName(RejectReason reason) {
     case RejectReason::kKey: return "key";
     case RejectReason::kTokens: return "tokens";
     case RejectReason::kChecksum: return "checksum";
+    case RejectReason::kDType: return "dtype";
+    case RejectReason::kNamespace: return "namespace";
+    case RejectReason::kForged: return "mac";
   }
   return "?";
 }
 
 size_t storedBlockBytes(const BlockGeometry& g, StoredDType dtype) {
-  return kHeaderBytes + size_t{g.block_tokens} * 4 + payloadBytes(g, dtype);
+  return kHeaderBytes + size_t{g.block_tokens} * 4 + payloadBytes(g, dtype) + kMacBytes;
 }
 
 std::string encodeBlock(const BlockGeometry& g, const BlockIdentity& identity, std::span<const float> latents,
-                        StoredDType dtype) {
+                        StoredDType dtype, const CacheSecret& secret) {
   std::string value(storedBlockBytes(g, dtype), '\0');
   std::memcpy(value.data() + kOffMagic, kMagic, 4);
   put<uint16_t>(value, kOffVersion, kFormatVersion);
@@ -96,6 +106,7 @@ std::string encodeBlock(const BlockGeometry& g, const BlockIdentity& identity, s
   put<uint64_t>(value, kOffPayload, payloadBytes(g, dtype));
   std::memcpy(value.data() + kOffModel, identity.model.bytes.data(), 32);
   std::memcpy(value.data() + kOffKey, identity.key.bytes.data(), 32);
+  std::memcpy(value.data() + kOffNamespace, identity.ns_tag.bytes.data(), 16);
   std::memcpy(value.data() + kHeaderBytes, identity.ids.data(), identity.ids.size_bytes());
 
   char* payload = value.data() + kHeaderBytes + size_t{g.block_tokens} * 4;
@@ -127,14 +138,17 @@ std::string encodeBlock(const BlockGeometry& g, const BlockIdentity& identity, s
       break;
     }
   }
-  const XXH128_hash_t sum = checksum(value);
+  const std::string_view body(value.data(), value.size() - kMacBytes);
+  const XXH128_hash_t sum = checksum(body);
   put<uint64_t>(value, kOffChecksum, sum.low64);
   put<uint64_t>(value, kOffChecksum + 8, sum.high64);
+  const Digest mac = secret.mac(body);
+  std::memcpy(value.data() + body.size(), mac.bytes.data(), kMacBytes);
   return value;
 }
 
 Status decodeBlock(std::string_view value, const BlockGeometry& g, const BlockIdentity& expected,
-                   std::span<float> out, RejectReason* reason) {
+                   StoredDType expected_dtype, const CacheSecret& secret, std::span<float> out, RejectReason* reason) {
   auto reject = [&](RejectReason r, std::string what) {
     if (reason != nullptr) *reason = r;
     return dataLoss("stored block " + expected.key.hex().substr(0, 16) + " rejected: " + what);
@@ -147,6 +161,9 @@ Status decodeBlock(std::string_view value, const BlockGeometry& g, const BlockId
   const uint8_t raw_dtype = get<uint8_t>(value, kOffDType);
   if (raw_dtype < 1 || raw_dtype > 3) return reject(RejectReason::kVersion, "unknown dtype");
   const auto dtype = static_cast<StoredDType>(raw_dtype);
+  // The identity covers the stored dtype, so this only trips on a block
+  // misfiled under another identity; lossy blocks are never served as exact.
+  if (dtype != expected_dtype) return reject(RejectReason::kDType, "stored as " + std::string(storedDTypeName(dtype)));
   const BlockGeometry stored{get<uint32_t>(value, kOffLayers), get<uint32_t>(value, kOffTokens),
                              get<uint32_t>(value, kOffRowDim)};
   if (!(stored == g)) return reject(RejectReason::kGeometry, "geometry differs from the model's");
@@ -163,9 +180,21 @@ Status decodeBlock(std::string_view value, const BlockGeometry& g, const BlockId
       std::memcmp(value.data() + kHeaderBytes, expected.ids.data(), expected.ids.size_bytes()) != 0) {
     return reject(RejectReason::kTokens, "token ids differ");
   }
-  const XXH128_hash_t sum = checksum(value);
+  // The fast checksum first: a torn or bit-rotted block is told apart from a
+  // forged one, and costs no MAC.
+  const std::string_view body = value.substr(0, value.size() - kMacBytes);
+  const XXH128_hash_t sum = checksum(body);
   if (get<uint64_t>(value, kOffChecksum) != sum.low64 || get<uint64_t>(value, kOffChecksum + 8) != sum.high64) {
     return reject(RejectReason::kChecksum, "checksum mismatch");
+  }
+  const Digest mac = secret.mac(body);
+  if (CRYPTO_memcmp(mac.bytes.data(), value.data() + body.size(), kMacBytes) != 0) {
+    return reject(RejectReason::kForged, "MAC mismatch (not written by this installation)");
+  }
+  // After the MAC: the tag is keyed with the same secret, so a block from
+  // another installation is reported as forged, not misfiled.
+  if (std::memcmp(value.data() + kOffNamespace, expected.ns_tag.bytes.data(), 16) != 0) {
+    return reject(RejectReason::kNamespace, "stored for another namespace");
   }
   if (out.size() != g.values()) return internalError("decodeBlock: output span has the wrong size");
 

@@ -45,4 +45,11 @@ DiskTierOptions diskTierOptions(const Config& config) {
   return o;
 }
 
+std::string secretPath(const Config& config, const std::string& store_path) {
+  if (!config.cache.secret_file.empty()) return config.cache.secret_file;
+  std::string base = store_path;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return base + ".key";
+}
+
 }  // namespace lg::cache

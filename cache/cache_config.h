@@ -16,5 +16,8 @@ RestorePolicy restorePolicy(RestorePolicySetting setting);
 PrefixCacheOptions prefixCacheOptions(const Config& config, engine::LatentDType pool);
 // The store lives at cache.disk_path, by default data_dir/kv.
 DiskTierOptions diskTierOptions(const Config& config);
+// The cache secret's file: cache.secret_file, by default beside the store
+// (`store_path`.key), outside the store's directory.
+std::string secretPath(const Config& config, const std::string& store_path);
 
 }  // namespace lg::cache

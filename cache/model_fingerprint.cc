@@ -118,12 +118,16 @@ Result<ModelFingerprint> fingerprintModel(const std::string& dir, const ModelFin
   return fp;
 }
 
-Digest latentIdentity(const Digest& model, const engine::LatentLayout& layout) {
+Digest latentIdentity(const Digest& model, const engine::LatentPool& pool, StoredDType stored) {
+  const engine::LatentLayout& layout = pool.layout();
   return Sha256()
       .update(kIdentityTag)
       .update(model)
       .updateU64(engine::kLatentFormatVersion)
+      .updateU64(pool.numerics().size())
+      .update(pool.numerics())
       .updateU64(layout.dtype == engine::LatentDType::kF32 ? 32 : 16)
+      .updateU64(static_cast<uint64_t>(stored))
       .updateU64(static_cast<uint64_t>(layout.layers))
       .updateU64(static_cast<uint64_t>(layout.latent_dim))
       .updateU64(static_cast<uint64_t>(layout.kv_lora_rank))

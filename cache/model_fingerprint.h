@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/block_codec.h"
 #include "cache/fingerprint.h"
 #include "common/status.h"
 #include "engine/latent_pool.h"
@@ -57,9 +58,12 @@ struct ModelFingerprint {
 Result<ModelFingerprint> fingerprintModel(const std::string& dir, const ModelFingerprintOptions& options = {});
 
 // The identity cached latents are keyed and stored under: the checkpoint's
-// fingerprint plus what the engine's pool makes of it (latent format version,
-// pool dtype, layers, latent width, block size). A BF16 pool and an F32 pool
-// of the same model therefore never exchange blocks.
-Digest latentIdentity(const Digest& model, const engine::LatentLayout& layout);
+// fingerprint plus everything that changes the latents a hit returns: the
+// engine's latent format version, the pool's numerics class (which backend
+// and kernels computed them), its dtype and geometry (layers, latent width,
+// block size), and the stored dtype (lossy int8 or bf16 blocks are never
+// served to a cache that stores f32, and the reverse). Switching any of these
+// makes every old block a miss; the old blocks then age out of the store.
+Digest latentIdentity(const Digest& model, const engine::LatentPool& pool, StoredDType stored);
 
 }  // namespace lg::cache

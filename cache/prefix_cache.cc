@@ -50,6 +50,8 @@ struct LeaseState {
   std::vector<std::vector<Digest>> shared_keys;  // per readable shared namespace, up to max_hit
   const std::vector<Digest>* hit_keys = nullptr;  // `keys` or one of `shared_keys`
   std::string hit_ns;                            // where the hit blocks are found
+  Digest ns_tag;                                 // namespaceTag(ns)
+  Digest hit_ns_tag;                             // namespaceTag(hit_ns)
   int32_t block_tokens = 0;
   int32_t max_hit = 0;  // blocks a hit may cover: the last prompt token is always computed
   int32_t n_full = 0;   // the prompt's full blocks
@@ -222,6 +224,7 @@ PrefixCache::PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest&
     wo.capacity_blocks = options.write_back_queue_blocks;
     wo.batch_blocks = options.write_back_batch_blocks;
     wo.stored_dtype = options.stored_dtype;
+    wo.secret = options.secret;
     writer_ = std::make_unique<WriteBack>(*disk_, pool.layout(), model, wo);
   }
 }
@@ -231,6 +234,9 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(engine::LatentPool& poo
   if (pool.layout().block_tokens < 1) return invalidArgument("prefix cache: block_tokens must be positive");
   if (options.write_back_queue_blocks < 1 || options.write_back_batch_blocks < 1) {
     return invalidArgument("prefix cache: write-back queue and batch sizes must be positive");
+  }
+  if (disk != nullptr && options.secret == nullptr) {
+    return invalidArgument("prefix cache: a disk tier needs the cache secret (stored blocks are authenticated)");
   }
   if (options.io_threads < 0 || options.io_threads > 64) {
     return invalidArgument("prefix cache: io_threads must be in [0, 64], got " + std::to_string(options.io_threads));
@@ -344,7 +350,7 @@ std::vector<PrefixCache::Victim> PrefixCache::evictLocked(int32_t blocks_to_free
       continue;
     }
     if (index_refs_[static_cast<size_t>(e.block)] == 1) ++freed;
-    victims.push_back(Victim{eit->first, std::move(e.ids), e.block, writer_ != nullptr && !e.on_disk});
+    victims.push_back(Victim{eit->first, e.ns_tag, std::move(e.ids), e.block, writer_ != nullptr && !e.on_disk});
     eraseLocked(eit);  // erases *cur; `it` stays valid
   }
   return victims;
@@ -356,7 +362,7 @@ void PrefixCache::finishEviction(std::vector<Victim>& victims) {
   // them, so nobody else can reach them: export and release without the lock.
   for (Victim& v : victims) {
     if (v.write_back) {
-      WriteBackItem item{v.key, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
+      WriteBackItem item{v.key, v.ns_tag, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
       if (pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk()) {
         (void)writer_->tryPush(std::move(item));
       } else {
@@ -370,7 +376,7 @@ void PrefixCache::finishEviction(std::vector<Victim>& victims) {
 
 void PrefixCache::writeThrough(const std::vector<Victim>& blocks) {
   for (const Victim& v : blocks) {
-    WriteBackItem item{v.key, v.ids, std::vector<uint8_t>(block_bytes_)};
+    WriteBackItem item{v.key, v.ns_tag, v.ids, std::vector<uint8_t>(block_bytes_)};
     const bool exported = pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk();
     if (!exported) counters_->export_errors.fetch_add(1, std::memory_order_relaxed);
     if (exported && writer_->tryPush(std::move(item))) {
@@ -419,6 +425,8 @@ PrefixLease PrefixCache::lookup(const TeamNamespace& team, std::span<const int32
   const int32_t n = static_cast<int32_t>(ids.size());
   s.ns = team.key();
   s.hit_ns = s.ns;
+  s.ns_tag = namespaceTag(s.ns);
+  s.hit_ns_tag = s.ns_tag;
   s.ids.assign(ids.begin(), ids.end());
   s.block_tokens = bt;
   s.n_full = n / bt;
@@ -468,6 +476,7 @@ PrefixLease PrefixCache::lookup(const TeamNamespace& team, std::span<const int32
           best = a;
           s.hit_keys = &s.shared_keys[i];
           s.hit_ns = readable[i]->key();
+          s.hit_ns_tag = namespaceTag(s.hit_ns);
         }
       }
     }
@@ -530,7 +539,7 @@ void PrefixCache::advance(const StatePtr& st) {
       ++e.hits;
       if (through_on_hit && !e.on_disk && e.hits >= static_cast<uint32_t>(options_.write_through_hits)) {
         e.on_disk = true;
-        write_through.push_back(Victim{key, e.ids, e.block, true});
+        write_through.push_back(Victim{key, e.ns_tag, e.ids, e.block, true});
       }
       ++s.next;
     }
@@ -550,6 +559,7 @@ void PrefixCache::advance(const StatePtr& st) {
       Entry e;
       e.state = State::kInFlight;
       e.owner = s.id;
+      e.ns_tag = s.ns_tag;
       e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(j) * bt, s.ids.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
       index_.emplace(key, std::move(e));
       s.claimed.push_back(j);
@@ -634,9 +644,11 @@ void PrefixCache::restoreChunk(const std::shared_ptr<RestoreJob>& job, size_t c)
         break;
       }
       const size_t block_index = static_cast<size_t>(j.first_block) + idx;
-      BlockIdentity identity{j.keys[idx], model_, ids.subspan(block_index * block_tokens_, block_tokens_)};
+      BlockIdentity identity{j.keys[idx], model_, j.st->hit_ns_tag, ids.subspan(block_index * block_tokens_, block_tokens_)};
       RejectReason reason{};
-      if (Status s = decodeBlock(read.values[k], geometry_, identity, scratch->f32, &reason); !s.isOk()) {
+      if (Status s = decodeBlock(read.values[k], geometry_, identity, options_.stored_dtype, *options_.secret, scratch->f32,
+                                 &reason);
+          !s.isOk()) {
         counters_->rejected[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
         cacheLog()->warn("{}; recomputing", s.message());
         disk_->remove(j.keys[idx]);
@@ -688,6 +700,7 @@ void PrefixCache::finishRestore(const std::shared_ptr<RestoreJob>& job) {
       if (it == index_.end()) {
         Entry e;
         e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(b) * bt, s.ids.begin() + static_cast<ptrdiff_t>(b + 1) * bt);
+        e.ns_tag = s.hit_ns_tag;
         it = index_.emplace(key, std::move(e)).first;
         insertReadyLocked(key, it->second, block);
       } else if (it->second.state == State::kInFlight && it->second.owner == s.id) {
@@ -835,6 +848,7 @@ void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_
       if (it == index_.end()) {
         Entry e;
         e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(j) * bt, s.ids.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
+        e.ns_tag = s.ns_tag;
         it = index_.emplace(key, std::move(e)).first;
         insertReadyLocked(key, it->second, block);
         counters_->published.fetch_add(1, std::memory_order_relaxed);
@@ -847,7 +861,7 @@ void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_
       }
       if (through_now) {
         it->second.on_disk = true;
-        write_through.push_back(Victim{key, it->second.ids, block, true});
+        write_through.push_back(Victim{key, it->second.ns_tag, it->second.ids, block, true});
       }
     }
     for (int32_t k = n - 1; k >= 0; --k) {
@@ -865,6 +879,7 @@ Result<int32_t> PrefixCache::publishToNamespace(const TeamNamespace& from_ns, co
                                                 std::span<const int32_t> ids) {
   const std::vector<Digest> from = chainBlockKeys(from_ns.key(), model_, ids, block_tokens_);
   const std::vector<Digest> to = chainBlockKeys(to_ns.key(), model_, ids, block_tokens_);
+  const Digest to_tag = namespaceTag(to_ns.key());
   std::lock_guard lock(mu_);
   int32_t published = 0;
   for (size_t j = 0; j < from.size(); ++j) {
@@ -874,6 +889,7 @@ Result<int32_t> PrefixCache::publishToNamespace(const TeamNamespace& from_ns, co
     if (dst == index_.end()) {
       Entry e;
       e.ids = src->second.ids;
+      e.ns_tag = to_tag;
       dst = index_.emplace(to[j], std::move(e)).first;
       insertReadyLocked(to[j], dst->second, src->second.block);
     }
@@ -897,6 +913,14 @@ void PrefixCache::observePrefill(int64_t begin, int64_t end, double other_second
   cost_.observePrefill(end - begin, CostModel::pairs(begin, end), other_seconds, attention_seconds);
 }
 
+Digest PrefixCache::namespaceTag(const std::string& ns_key) const {
+  // Keyed, so a stored block's tag does not tell a reader of the store which
+  // team it belongs to; without a disk tier nothing is stored, and a plain
+  // digest serves to find a namespace's blocks in tier 0.
+  if (options_.secret != nullptr) return options_.secret->keyedDigest("latentgate/namespace/v1", ns_key);
+  return Sha256().update("latentgate/namespace/v1").update(ns_key).finish();
+}
+
 void PrefixCache::saveCostModel() {
   if (disk_ == nullptr) return;
   if (Status s = disk_->putMeta(kCostModelKey, cost_.serialize()); !s.isOk()) {
@@ -913,7 +937,7 @@ Status PrefixCache::persistAll(bool flush_files) {
       if (e.state != State::kReady || e.on_disk) continue;
       e.on_disk = true;
       allocator_.retain(e.block);  // keeps it alive and unevictable while exported
-      pending.push_back(Victim{key, e.ids, e.block, true});
+      pending.push_back(Victim{key, e.ns_tag, e.ids, e.block, true});
     }
   }
   // Every block is exported, even after a failure, so that each reference
@@ -922,7 +946,7 @@ Status PrefixCache::persistAll(bool flush_files) {
   Status first_error;
   size_t queued = 0;
   for (Victim& v : pending) {
-    WriteBackItem item{v.key, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
+    WriteBackItem item{v.key, v.ns_tag, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
     Status s = pool_.exportBlocks(std::span(&v.block, 1), item.latents);
     allocator_.release(v.block);
     if (!s.isOk()) {

@@ -76,6 +76,7 @@
 #include <vector>
 
 #include "cache/block_codec.h"
+#include "cache/cache_secret.h"
 #include "cache/cache_stats.h"
 #include "cache/cost_model.h"
 #include "cache/disk_tier.h"
@@ -98,6 +99,9 @@ struct PrefixCacheOptions {
   std::chrono::milliseconds in_flight_wait{60000};  // longest wait for another request's blocks
   int io_threads = 0;  // restore threads; 0: one per core, at most 4 (see prefix_cache.cc)
   CostModelOptions cost;
+  // Authenticates stored blocks and keys namespace tags (cache_secret.h);
+  // required with a disk tier.
+  std::shared_ptr<const CacheSecret> secret;
 };
 
 struct LookupOptions {
@@ -221,6 +225,7 @@ class PrefixCache final : public CacheMetricsSource {
     engine::BlockId block = -1;  // kReady
     uint64_t owner = 0;          // kInFlight: the claiming lease
     std::vector<int32_t> ids;    // the block's tokens (the stored header needs them)
+    Digest ns_tag;               // its namespace's tag (stored with it; purge finds it by this)
     uint32_t hits = 0;
     bool on_disk = false;        // written or queued to the disk tier
     std::list<Digest>::iterator lru;
@@ -228,6 +233,7 @@ class PrefixCache final : public CacheMetricsSource {
   using Index = std::unordered_map<Digest, Entry, DigestHash>;
   struct Victim {
     Digest key;
+    Digest ns_tag;
     std::vector<int32_t> ids;
     engine::BlockId block = -1;
     bool write_back = false;
@@ -282,6 +288,7 @@ class PrefixCache final : public CacheMetricsSource {
   void returnScratch(std::unique_ptr<RestoreScratch> scratch);
   void publish(LeaseState& st, std::span<const engine::BlockId> blocks, int32_t filled_len);
   void saveCostModel();
+  Digest namespaceTag(const std::string& ns_key) const;
 
   engine::LatentPool& pool_;
   engine::BlockAllocator& allocator_;

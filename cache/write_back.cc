@@ -4,6 +4,7 @@
 
 #include "cache/cache_log.h"
 #include "cache/pool_latents.h"
+#include "common/check.h"
 
 namespace lg::cache {
 
@@ -15,6 +16,8 @@ WriteBack::WriteBack(DiskTier& disk, const engine::LatentLayout& layout, const D
                 static_cast<uint32_t>(layout.latent_dim)},
       model_(model),
       options_(options) {
+  // Every stored block is authenticated: a writer without the key is a bug.
+  LG_CHECK(options_.secret != nullptr, "WriteBack needs the cache secret");
   thread_ = std::thread([this] { run(); });
 }
 
@@ -104,8 +107,8 @@ void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
       continue;
     }
     poolToF32(layout_, item.latents, f32);
-    values.emplace_back(item.key, encodeBlock(geometry_, BlockIdentity{item.key, model_, item.ids}, f32,
-                                              options_.stored_dtype));
+    const BlockIdentity identity{item.key, model_, item.ns_tag, item.ids};
+    values.emplace_back(item.key, encodeBlock(geometry_, identity, f32, options_.stored_dtype, *options_.secret));
     bytes += values.back().second.size();
   }
   Status s = disk_.putBatch(values);

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,6 +31,7 @@ namespace lg::cache {
 
 struct WriteBackItem {
   Digest key;
+  Digest ns_tag;                 // keyed tag of the block's namespace (block_codec.h)
   std::vector<int32_t> ids;      // the block's block_tokens token ids
   std::vector<uint8_t> latents;  // the block as LatentPool::exportBlocks wrote it (pool layout and dtype)
 };
@@ -38,6 +40,7 @@ struct WriteBackOptions {
   size_t capacity_blocks = 64;  // queued blocks; beyond this tryPush drops
   size_t batch_blocks = 16;     // blocks per RocksDB write batch
   StoredDType stored_dtype = StoredDType::kF32;
+  std::shared_ptr<const CacheSecret> secret;  // authenticates every stored block; required
 };
 
 struct WriteBackStats {

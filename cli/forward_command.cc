@@ -69,12 +69,14 @@ Result<ForwardCache> openCache(const Config& config, const ForwardArgs& args, en
   c.fingerprint_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   c.fingerprint_hex = fp.digest.hex();
   const engine::LatentLayout& layout = backend.latentLayout();
-  const cache::Digest identity = cache::latentIdentity(fp.digest, layout);
   cache::DiskTierOptions disk_options = cache::diskTierOptions(config);
   disk_options.path = args.cache_dir;
+  LG_ASSIGN_OR_RETURN(cache::CacheSecret secret, cache::CacheSecret::loadOrCreate(cache::secretPath(config, args.cache_dir)));
   LG_ASSIGN_OR_RETURN(c.disk, cache::DiskTier::open(disk_options));
-  const cache::PrefixCacheOptions options = cache::prefixCacheOptions(config, layout.dtype);
+  cache::PrefixCacheOptions options = cache::prefixCacheOptions(config, layout.dtype);
+  options.secret = std::make_shared<const cache::CacheSecret>(std::move(secret));
   c.stored_dtype = options.stored_dtype;
+  const cache::Digest identity = cache::latentIdentity(fp.digest, backend.latentPool(), options.stored_dtype);
   LG_ASSIGN_OR_RETURN(c.index, cache::PrefixCache::create(backend.latentPool(), c.disk.get(), identity, options));
   return c;
 }

@@ -62,6 +62,7 @@ const std::array kFields = {
     LG_FIELD("cache.block_tokens", cache.block_tokens),
     LG_FIELD("cache.tier0_budget_bytes", cache.tier0_budget_bytes),
     LG_FIELD("cache.disk_path", cache.disk_path),
+    LG_FIELD("cache.secret_file", cache.secret_file),
     LG_FIELD("cache.disk_max_bytes", cache.disk_max_bytes),
     LG_FIELD("cache.disk_ttl_seconds", cache.disk_ttl_seconds),
     LG_FIELD("cache.disk_verify_checksums", cache.disk_verify_checksums),

@@ -48,6 +48,7 @@ struct CacheOptions {
   int block_tokens = 64;  // fingerprint block = latent page size, in tokens
   int64_t tier0_budget_bytes = 0;                 // cached blocks kept in the pool; 0: bounded by the pool
   std::string disk_path;                          // the RocksDB tier; empty: data_dir/kv
+  std::string secret_file;                        // the key stored blocks are authenticated with; empty: <disk path>.key
   int64_t disk_max_bytes = int64_t{64} << 30;     // byte cap of the disk tier
   int64_t disk_ttl_seconds = 7 * 24 * 3600;       // unused blocks expire after this; 0: never
   bool disk_verify_checksums = true;              // RocksDB's own read checksums (SST blocks, blobs; docs/cache.md)

@@ -72,6 +72,12 @@ class LatentPool {
   virtual ~LatentPool() = default;
 
   virtual const LatentLayout& layout() const = 0;
+  // The numerics class of the latents this pool holds: which backend and
+  // kernels computed them ("cpu-fp32"). Backends whose arithmetic rounds
+  // differently produce different latents for the same tokens; the prefix
+  // cache keys blocks by this, so it never serves one backend's latents as
+  // another's.
+  virtual std::string_view numerics() const = 0;
   virtual BlockAllocator& allocator() = 0;
   virtual const BlockAllocator& allocator() const = 0;
 

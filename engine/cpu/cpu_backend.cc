@@ -254,7 +254,9 @@ Result<std::unique_ptr<Backend>> createCpuBackend(std::unique_ptr<Model> model, 
   layout.kv_lora_rank = c.kv_lora_rank;
   layout.latent_dim = c.latentDim();
   layout.dtype = options.latent_dtype;
-  LG_ASSIGN_OR_RETURN(auto latents, HostLatentPool::create(layout, static_cast<int32_t>(num_blocks)));
+  // fp32 arithmetic throughout (docs/engine.md); a kernel change that rounds
+  // differently bumps kLatentFormatVersion, a new backend gets its own class.
+  LG_ASSIGN_OR_RETURN(auto latents, HostLatentPool::create(layout, static_cast<int32_t>(num_blocks), "cpu-fp32"));
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(std::move(model), options, max_context, std::move(latents)));
 }
 

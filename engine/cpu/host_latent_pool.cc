@@ -9,7 +9,8 @@
 
 namespace lg::engine {
 
-Result<std::unique_ptr<HostLatentPool>> HostLatentPool::create(const LatentLayout& layout, int32_t num_blocks) {
+Result<std::unique_ptr<HostLatentPool>> HostLatentPool::create(const LatentLayout& layout, int32_t num_blocks,
+                                                               std::string numerics) {
   if (num_blocks < 0) return invalidArgument("latent pool: negative block count");
   const size_t size = std::max<size_t>(layout.blockBytes() * static_cast<size_t>(num_blocks), 1);
   // MAP_NORESERVE: a pool sized for many long contexts costs only what is used.
@@ -18,11 +19,13 @@ Result<std::unique_ptr<HostLatentPool>> HostLatentPool::create(const LatentLayou
     return resourceExhausted("cannot map " + std::to_string(size) + " bytes for the latent block pool");
   }
   ::madvise(p, size, MADV_HUGEPAGE);
-  return std::unique_ptr<HostLatentPool>(new HostLatentPool(layout, num_blocks, static_cast<uint8_t*>(p), size));
+  return std::unique_ptr<HostLatentPool>(
+      new HostLatentPool(layout, num_blocks, static_cast<uint8_t*>(p), size, std::move(numerics)));
 }
 
-HostLatentPool::HostLatentPool(const LatentLayout& layout, int32_t num_blocks, uint8_t* data, size_t size)
-    : layout_(layout), allocator_(num_blocks), data_(data), size_(size) {}
+HostLatentPool::HostLatentPool(const LatentLayout& layout, int32_t num_blocks, uint8_t* data, size_t size,
+                               std::string numerics)
+    : layout_(layout), numerics_(std::move(numerics)), allocator_(num_blocks), data_(data), size_(size) {}
 
 HostLatentPool::~HostLatentPool() { ::munmap(data_, size_); }
 

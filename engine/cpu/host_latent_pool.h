@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "engine/latent_pool.h"
@@ -14,13 +15,16 @@ namespace lg::engine {
 
 class HostLatentPool final : public LatentPool {
  public:
-  // Maps num_blocks blocks of `layout`. ResourceExhausted if it cannot.
-  static Result<std::unique_ptr<HostLatentPool>> create(const LatentLayout& layout, int32_t num_blocks);
+  // Maps num_blocks blocks of `layout`, for latents of the given numerics
+  // class (latent_pool.h). ResourceExhausted if it cannot.
+  static Result<std::unique_ptr<HostLatentPool>> create(const LatentLayout& layout, int32_t num_blocks,
+                                                        std::string numerics);
   ~HostLatentPool() override;
   HostLatentPool(const HostLatentPool&) = delete;
   HostLatentPool& operator=(const HostLatentPool&) = delete;
 
   const LatentLayout& layout() const override { return layout_; }
+  std::string_view numerics() const override { return numerics_; }
   BlockAllocator& allocator() override { return allocator_; }
   const BlockAllocator& allocator() const override { return allocator_; }
   Status exportBlocks(std::span<const BlockId> ids, std::span<uint8_t> bytes) const override;
@@ -32,9 +36,10 @@ class HostLatentPool final : public LatentPool {
   uint8_t* blockData(BlockId id) const { return data_ + static_cast<size_t>(id) * layout_.blockBytes(); }
 
  private:
-  HostLatentPool(const LatentLayout& layout, int32_t num_blocks, uint8_t* data, size_t size);
+  HostLatentPool(const LatentLayout& layout, int32_t num_blocks, uint8_t* data, size_t size, std::string numerics);
 
   const LatentLayout layout_;
+  const std::string numerics_;
   BlockAllocator allocator_;
   uint8_t* const data_;
   const size_t size_;

@@ -72,6 +72,9 @@ class CacheFaultTest : public ::testing::TestWithParam<bool> {
     auto backend = engine::testing::makeBackend(kFixture, engine::LatentDType::kF32, kBt, 2);
     ASSERT_NE(backend, nullptr);
     layout_ = backend->latentLayout();
+    auto fp = fingerprintModel(engine::testing::fixtureDir(kFixture));
+    ASSERT_TRUE(fp.isOk());
+    identity_ = latentIdentity(fp->digest, backend->latentPool(), options_.stored_dtype);
     auto l = engine::runForward(*backend, golden_.ids, {});
     ASSERT_TRUE(l.isOk());
     uncached_ = std::move(l).value();
@@ -99,6 +102,7 @@ class CacheFaultTest : public ::testing::TestWithParam<bool> {
   Golden golden_;
   int64_t n_ = 0;
   engine::LatentLayout layout_;
+  Digest identity_;
   std::vector<float> uncached_;
   std::string store_;
 };
@@ -111,9 +115,7 @@ TEST_P(CacheFaultTest, IntactStoreIsReusedWhole) {
 
 TEST_P(CacheFaultTest, FlippedBytesInStoredValuesAreRejected) {
   const std::string store = copyStore("values");
-  auto fp = fingerprintModel(engine::testing::fixtureDir(kFixture));
-  ASSERT_TRUE(fp.isOk());
-  const auto keys = chainBlockKeys(team("team").key(), latentIdentity(fp->digest, layout_), golden_.ids, kBt);
+  const auto keys = chainBlockKeys(team("team").key(), identity_, golden_.ids, kBt);
   {
     DiskTierOptions o;
     o.path = store;
@@ -234,7 +236,9 @@ TEST(CacheCrashTest, ChildWritesUntilKilled) {
   o.tier0_budget_bytes = 24 * backend->latentLayout().blockBytes();
   o.write_back_queue_blocks = 512;
   o.write_back_batch_blocks = 4;
-  auto cache = PrefixCache::create(backend->latentPool(), disk->get(), latentIdentity(fp->digest, backend->latentLayout()), o);
+  o.secret = testSecret();
+  auto cache = PrefixCache::create(backend->latentPool(), disk->get(),
+                                   latentIdentity(fp->digest, backend->latentPool(), o.stored_dtype), o);
   ASSERT_TRUE(cache.isOk());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // never outlive a dead parent long
   for (int i = 0; std::chrono::steady_clock::now() < deadline; ++i) {

@@ -34,6 +34,13 @@ class ScopedTempDir {
   std::string path_;
 };
 
+// The installation secret of every test cache (one fixed key, so stores
+// written by one test process are read back by another).
+inline std::shared_ptr<const CacheSecret> testSecret() {
+  static const auto secret = std::make_shared<const CacheSecret>(CacheSecret::fromBytesForTest("test secret"));
+  return secret;
+}
+
 // A team namespace for tests (the ids used here are valid).
 inline TeamNamespace team(std::string_view id) { return TeamNamespace::ofTeam(id).value(); }
 inline SharedNamespace shared(std::string_view name) { return SharedNamespace::named(name).value(); }

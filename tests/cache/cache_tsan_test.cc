@@ -59,6 +59,7 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
   o.write_through_hits = 2;
   o.write_back_queue_blocks = 16;
   o.write_back_batch_blocks = 4;
+  o.secret = testSecret();
   auto created = PrefixCache::create(pool, disk->get(), sha256("model"), o);
   ASSERT_TRUE(created.isOk());
   PrefixCache& cache = **created;

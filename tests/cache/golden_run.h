@@ -13,6 +13,7 @@
 #include "cache/prefix_cache.h"
 #include "engine/forward_runner.h"
 #include "engine/sequence_blocks.h"
+#include "tests/cache/cache_test_util.h"
 #include "tests/engine/golden/golden_util.h"
 
 namespace lg::cache::testing {
@@ -52,7 +53,9 @@ inline GoldenRun runWithCache(const std::string& fixture, const std::string& dir
   options.stored_dtype = o.stored_dtype;
   options.restore_policy = o.restore;
   options.write_through_hits = 0;
-  auto cache = PrefixCache::create(backend->latentPool(), disk->get(), latentIdentity(fp->digest, backend->latentLayout()), options);
+  options.secret = testSecret();
+  auto cache = PrefixCache::create(backend->latentPool(), disk->get(),
+                                   latentIdentity(fp->digest, backend->latentPool(), options.stored_dtype), options);
   EXPECT_TRUE(cache.isOk());
   if (!cache.isOk()) return run;
   {

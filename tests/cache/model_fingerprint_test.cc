@@ -130,7 +130,9 @@ TEST_F(ModelFingerprintTest, ShardedCheckpointsFollowTheIndex) {
   EXPECT_EQ(fingerprintModel(dir_.path() + "/nothing").status().code(), StatusCode::kNotFound);
 }
 
-TEST(LatentIdentityTest, PoolDtypeAndGeometrySeparate) {
+// Everything that changes the latents a hit returns is in the identity, so a
+// switch of any of them makes every old block a miss (keys chain over it).
+TEST(LatentIdentityTest, EverythingThatChangesTheLatentsSeparates) {
   const Digest m = sha256("m");
   engine::LatentLayout a;
   a.layers = 3;
@@ -138,14 +140,24 @@ TEST(LatentIdentityTest, PoolDtypeAndGeometrySeparate) {
   a.kv_lora_rank = 64;
   a.latent_dim = 80;
   a.dtype = engine::LatentDType::kF32;
-  engine::LatentLayout b = a;
-  b.dtype = engine::LatentDType::kBF16;
-  engine::LatentLayout c = a;
-  c.block_tokens = 16;
-  EXPECT_EQ(latentIdentity(m, a), latentIdentity(m, a));
-  EXPECT_NE(latentIdentity(m, a), latentIdentity(m, b));
-  EXPECT_NE(latentIdentity(m, a), latentIdentity(m, c));
-  EXPECT_NE(latentIdentity(m, a), latentIdentity(sha256("m2"), a));
+  engine::LatentLayout bf16 = a;
+  bf16.dtype = engine::LatentDType::kBF16;
+  engine::LatentLayout bigger_blocks = a;
+  bigger_blocks.block_tokens = 16;
+  lg::testing::FakeLatentPool pool(a, 1, "cpu-fp32");
+  lg::testing::FakeLatentPool same(a, 1, "cpu-fp32");
+  lg::testing::FakeLatentPool other_backend(a, 1, "cuda-bf16");
+  lg::testing::FakeLatentPool bf16_pool(bf16, 1, "cpu-fp32");
+  lg::testing::FakeLatentPool block16(bigger_blocks, 1, "cpu-fp32");
+  const Digest base = latentIdentity(m, pool, StoredDType::kF32);
+  EXPECT_EQ(base, latentIdentity(m, same, StoredDType::kF32));
+  EXPECT_NE(base, latentIdentity(m, pool, StoredDType::kBF16));      // stored dtype
+  EXPECT_NE(base, latentIdentity(m, pool, StoredDType::kInt8));
+  EXPECT_NE(base, latentIdentity(m, other_backend, StoredDType::kF32));  // numerics class
+  EXPECT_NE(base, latentIdentity(m, bf16_pool, StoredDType::kF32));      // pool dtype
+  EXPECT_NE(base, latentIdentity(m, block16, StoredDType::kF32));        // geometry
+  EXPECT_NE(base, latentIdentity(sha256("m2"), pool, StoredDType::kF32));  // checkpoint
+  // (engine::kLatentFormatVersion is hashed the same way; it is a constant.)
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cache/model_fingerprint.h"
 #include "tests/cache/cache_test_util.h"
 
 namespace lg::cache::testing {
@@ -25,6 +26,7 @@ class PrefixCacheTest : public ::testing::Test {
     cache_.reset();
     pool_ = std::make_unique<FakeLatentPool>(smallLayout(kBt), pool_blocks);
     if (with_disk && disk_ == nullptr) openDisk();
+    if (options.secret == nullptr) options.secret = testSecret();
     auto c = PrefixCache::create(*pool_, with_disk ? disk_.get() : nullptr, model_, options);
     ASSERT_TRUE(c.isOk()) << c.status().toString();
     cache_ = std::move(c).value();
@@ -340,7 +342,7 @@ TEST_F(PrefixCacheTest, CorruptStoredBlocksAreRejectedCountedAndRecomputed) {
   auto values = disk_->multiGet(keys);
   ASSERT_TRUE(values[3] && values[5]);
   std::string bad3 = *values[3], bad5 = *values[5];
-  bad3[bad3.size() - 7] ^= 0x01;
+  bad3[bad3.size() - 32 - 7] ^= 0x01;  // in the payload, before the 32-byte MAC
   bad5[128] ^= 0x01;  // the first token id follows the 128-byte header
   std::vector<std::pair<Digest, std::string>> batch = {{keys[3], bad3}, {keys[5], bad5}};
   ASSERT_TRUE(disk_->putBatch(batch).isOk());
@@ -397,6 +399,48 @@ TEST_F(PrefixCacheTest, PublishValidatesItsInput) {
   EXPECT_EQ(lease.publish(two, 2 * kBt).code(), StatusCode::kInvalidArgument);  // blocks 0, 1 are not allocated
   PrefixLease empty;
   EXPECT_FALSE(empty.publish(two, 0).isOk());
+}
+
+// --- Forged and stale blocks.
+
+TEST_F(PrefixCacheTest, BlocksWrittenWithAnotherSecretAreRejectedAsForged) {
+  PrefixCacheOptions o;
+  o.write_through_hits = 0;
+  o.secret = std::make_shared<const CacheSecret>(CacheSecret::fromBytesForTest("someone else"));
+  make(o, true);  // someone who can write the store, without this installation's key
+  const auto ids = tokens(5 * kBt + 1, 140);
+  request("t", ids);
+  cache_->writerForTest()->drain();
+  ASSERT_EQ(disk_->stats().blocks, 5u);
+  // This installation's cache finds them on disk, and rejects every one.
+  PrefixCacheOptions mine;
+  mine.restore_policy = RestorePolicy::kAlways;
+  make(mine, true);
+  RequestResult r = request("t", ids);
+  EXPECT_EQ(r.cached_tokens, 0);
+  EXPECT_EQ(cache_->snapshot().rejected_blocks[static_cast<size_t>(RejectReason::kForged)], 1u);
+}
+
+TEST_F(PrefixCacheTest, SwitchingTheStoredDtypeNeverServesOldBlocks) {
+  // Written as int8 (lossy), then the operator switches to f32: the identity
+  // covers the stored dtype, so every old block is a miss, none is served.
+  const auto ids = tokens(4 * kBt + 1, 141);
+  PrefixCacheOptions lossy;
+  lossy.stored_dtype = StoredDType::kInt8;
+  lossy.write_through_hits = 0;
+  model_ = latentIdentity(sha256("checkpoint"), FakeLatentPool(smallLayout(kBt), 1), StoredDType::kInt8);
+  make(lossy, true);
+  request("t", ids);
+  cache_->writerForTest()->drain();
+  ASSERT_EQ(disk_->stats().blocks, 4u);
+  PrefixCacheOptions exact;
+  exact.restore_policy = RestorePolicy::kAlways;
+  model_ = latentIdentity(sha256("checkpoint"), FakeLatentPool(smallLayout(kBt), 1), StoredDType::kF32);
+  make(exact, true);
+  RequestResult r = request("t", ids);
+  EXPECT_EQ(r.cached_tokens, 0);
+  EXPECT_EQ(r.disk_blocks, 0);
+  EXPECT_EQ(cache_->snapshot().rejectedTotal(), 0u);  // not even looked at: other keys
 }
 
 // --- Leases that never block the calling thread.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cache/fingerprint.h"
@@ -18,10 +19,14 @@ namespace lg::testing {
 
 class FakeLatentPool final : public engine::LatentPool {
  public:
-  FakeLatentPool(const engine::LatentLayout& layout, int32_t num_blocks)
-      : layout_(layout), allocator_(num_blocks), storage_(layout.blockBytes() * static_cast<size_t>(num_blocks)) {}
+  FakeLatentPool(const engine::LatentLayout& layout, int32_t num_blocks, std::string numerics = "fake")
+      : layout_(layout),
+        numerics_(std::move(numerics)),
+        allocator_(num_blocks),
+        storage_(layout.blockBytes() * static_cast<size_t>(num_blocks)) {}
 
   const engine::LatentLayout& layout() const override { return layout_; }
+  std::string_view numerics() const override { return numerics_; }
   engine::BlockAllocator& allocator() override { return allocator_; }
   const engine::BlockAllocator& allocator() const override { return allocator_; }
 
@@ -84,6 +89,7 @@ class FakeLatentPool final : public engine::LatentPool {
   }
 
   engine::LatentLayout layout_;
+  std::string numerics_;
   engine::BlockAllocator allocator_;
   std::vector<uint8_t> storage_;
   mutable std::mutex mu_;

@@ -23,7 +23,7 @@ LatentLayout tinyLayout(LatentDType dtype) {
 }
 
 TEST(HostLatentPoolTest, ExportImportAndCopyRoundTripBatches) {
-  auto pool = HostLatentPool::create(tinyLayout(LatentDType::kBF16), 8);
+  auto pool = HostLatentPool::create(tinyLayout(LatentDType::kBF16), 8, "test");
   ASSERT_TRUE(pool.isOk());
   LatentPool& p = **pool;
   const size_t bb = p.layout().blockBytes();
@@ -54,7 +54,7 @@ TEST(HostLatentPoolTest, ExportImportAndCopyRoundTripBatches) {
 }
 
 TEST(HostLatentPoolTest, RefusesWhatTheContractForbidsAndWritesNothing) {
-  auto pool = HostLatentPool::create(tinyLayout(LatentDType::kF32), 4);
+  auto pool = HostLatentPool::create(tinyLayout(LatentDType::kF32), 4, "test");
   ASSERT_TRUE(pool.isOk());
   LatentPool& p = **pool;
   const size_t bb = p.layout().blockBytes();
