@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "engine/chat/chat_template.h"
+#include "text/chat/chat_template.h"
 
-namespace lg::engine {
+namespace lg::text {
 namespace {
 
 using nlohmann::json;
@@ -76,4 +76,4 @@ TEST(ChatTemplateGoldenTest, TokenizerGoldenChatsRenderExactly) {
 }
 
 }  // namespace
-}  // namespace lg::engine
+}  // namespace lg::text

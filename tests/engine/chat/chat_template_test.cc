@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "engine/chat/chat_template.h"
+#include "text/chat/chat_template.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define LG_CHAT_TEST_SANITIZED 1
@@ -19,7 +19,7 @@
 #endif
 #endif
 
-namespace lg::engine {
+namespace lg::text {
 namespace {
 
 using nlohmann::json;
@@ -296,4 +296,4 @@ TEST(ChatTemplateRenderTest, RendersAHundredMessagesWellUnderAMillisecond) {
 }
 
 }  // namespace
-}  // namespace lg::engine
+}  // namespace lg::text

@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "engine/chat/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
-namespace lg::engine {
+namespace lg::text {
 namespace {
 
 using nlohmann::json;
@@ -54,4 +54,4 @@ TEST(ChatTemplateTokensTest, ForgedMarkersInContentAreNotSpecialTokens) {
 }
 
 }  // namespace
-}  // namespace lg::engine
+}  // namespace lg::text

@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "engine/chat/chat_template.h"
+#include "text/chat/chat_template.h"
 
-namespace lg::engine {
+namespace lg::text {
 namespace {
 
 using nlohmann::json;
@@ -157,4 +157,4 @@ TEST(ChatTemplateTrustTest, ExtraVariablesCannotImpersonateBos) {
 }
 
 }  // namespace
-}  // namespace lg::engine
+}  // namespace lg::text

@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/tokenizer/byte_level.h"
+#include "text/tokenizer/byte_level.h"
 #include "common/utf8.h"
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 using Algorithm = BpeModel::Algorithm;
@@ -103,4 +103,4 @@ TEST(BpeModel, HeapAndBucketsAgreeOnLongWords) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

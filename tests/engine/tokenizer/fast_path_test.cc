@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/tokenizer/unicode_data.h"
+#include "text/tokenizer/unicode_data.h"
 #include "common/utf8.h"
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 std::string utf8Of(char32_t cp) {
@@ -117,4 +117,4 @@ TEST(FastPath, StructuredTextsSplitIdentically) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

@@ -3,10 +3,10 @@
 // and constructs it must refuse rather than guess.
 #include <gtest/gtest.h>
 
-#include "engine/tokenizer/onig_translate.h"
-#include "engine/tokenizer/pcre_regex.h"
+#include "text/tokenizer/onig_translate.h"
+#include "text/tokenizer/pcre_regex.h"
 
-namespace lg::engine {
+namespace lg::text {
 namespace {
 
 // All (start, end) matches with the onig crate's iteration rules.
@@ -87,4 +87,4 @@ TEST(OnigTranslate, LiteralPatterns) {
 }
 
 }  // namespace
-}  // namespace lg::engine
+}  // namespace lg::text

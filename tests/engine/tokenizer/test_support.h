@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "engine/tokenizer/bpe_tokenizer.h"
+#include "text/tokenizer/bpe_tokenizer.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 
 inline std::string fixturePath(const std::string& name) { return std::string(LG_FIXTURES_DIR) + "/" + name; }
 
@@ -50,4 +50,4 @@ inline PromptText allTrusted(const std::string& text) {
   return p;
 }
 
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

@@ -8,7 +8,7 @@
 #include "common/utf8.h"
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 // The id of the one-byte token for `byte`.
@@ -114,4 +114,4 @@ TEST(StreamDecoder, EqualsDecodeOnRandomIds) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

@@ -7,7 +7,7 @@
 
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 using nlohmann::json;
@@ -103,4 +103,4 @@ TEST(DifferentialDecode, LossyDecodingMatchesTheReference) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

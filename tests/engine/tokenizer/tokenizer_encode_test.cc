@@ -8,7 +8,7 @@
 
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 using nlohmann::json;
@@ -184,4 +184,4 @@ TEST(TokenizerEncode, ConcurrentEncodingGivesTheSameIds) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

@@ -6,7 +6,7 @@
 
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 using nlohmann::json;
@@ -79,4 +79,4 @@ TEST(TokenizerGolden, SpecialTokenStringsInPlainTextStayText) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

@@ -11,7 +11,7 @@
 #include "common/utf8.h"
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 constexpr size_t kSize = 10 << 20;
@@ -97,4 +97,4 @@ TEST(TokenizerLargeInput, WholeTextTrustedPrompt) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

@@ -8,7 +8,7 @@
 
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 using nlohmann::json;
@@ -245,4 +245,4 @@ TEST(TokenizerLoad, AMissingByteIsDroppedLikeTheLibraryDoes) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing

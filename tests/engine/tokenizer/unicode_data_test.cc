@@ -5,12 +5,12 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/tokenizer/onig_translate.h"
-#include "engine/tokenizer/unicode_data.h"
+#include "text/tokenizer/onig_translate.h"
+#include "text/tokenizer/unicode_data.h"
 #include "common/utf8.h"
 #include "tests/engine/tokenizer/test_support.h"
 
-namespace lg::engine::testing {
+namespace lg::text::testing {
 namespace {
 
 using nlohmann::json;
@@ -168,4 +168,4 @@ TEST(UnicodeData, CategoryNames) {
 }
 
 }  // namespace
-}  // namespace lg::engine::testing
+}  // namespace lg::text::testing
