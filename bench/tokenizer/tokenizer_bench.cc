@@ -29,7 +29,7 @@ using nlohmann::json;
 
 struct Args {
   std::string corpus;
-  std::string tokenizer_dir = std::string(LG_SOURCE_DIR) + "/tests/fixtures/deepseek-v3-tokenizer";
+  std::string tokenizer_dir = std::string(LG_SOURCE_DIR) + "/assets/deepseek-v3-tokenizer";
   int reps = 5;
   bool reference = true;
 };

@@ -30,7 +30,7 @@ struct Tokenizers {
 
 const Tokenizers& tokenizers() {
   static const Tokenizers kTokenizers = [] {
-    auto text = lg::readFile(std::string(LG_FIXTURES_DIR) + "/deepseek-v3-tokenizer/tokenizer.json");
+    auto text = lg::readFile(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer/tokenizer.json");
     if (!text.isOk()) std::abort();
     const nlohmann::json root = nlohmann::json::parse(*text);
     lg::text::TokenizerOptions general;

@@ -16,6 +16,7 @@ namespace {
 using nlohmann::json;
 
 const std::string kFixtures = LG_FIXTURES_DIR;
+const std::string kAssets = LG_ASSETS_DIR;
 
 json readJson(const std::string& path) {
   auto text = readFile(path);
@@ -61,7 +62,7 @@ TEST(ChatTemplateGoldenTest, MatchesJinja2ForEveryCase) {
 
 // Every goldens template also loads through loadFromDir-style configs.
 TEST(ChatTemplateGoldenTest, TokenizerGoldenChatsRenderExactly) {
-  auto tmpl = ChatTemplate::loadFromDir(kFixtures + "/deepseek-v3-tokenizer");
+  auto tmpl = ChatTemplate::loadFromDir(kAssets + "/deepseek-v3-tokenizer");
   ASSERT_TRUE(tmpl.isOk()) << tmpl.status().toString();
   const json golden = readJson(kFixtures + "/tokenizer-golden.json");
   ASSERT_EQ(golden["chats"].size(), 6u);

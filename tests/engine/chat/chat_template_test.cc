@@ -25,6 +25,7 @@ namespace {
 using nlohmann::json;
 
 const std::string kFixtures = LG_FIXTURES_DIR;
+const std::string kAssets = LG_ASSETS_DIR;
 
 Status loadStatus(std::string_view source) { return ChatTemplate::parse(source, "<s>", "</s>").status(); }
 
@@ -40,7 +41,7 @@ Result<PromptText> render(std::string_view source, const json& messages, const j
 }
 
 ChatTemplate v3() {
-  auto tmpl = ChatTemplate::loadFromDir(kFixtures + "/deepseek-v3-tokenizer");
+  auto tmpl = ChatTemplate::loadFromDir(kAssets + "/deepseek-v3-tokenizer");
   EXPECT_TRUE(tmpl.isOk()) << tmpl.status().toString();
   return std::move(tmpl).value();
 }

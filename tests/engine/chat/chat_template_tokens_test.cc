@@ -13,7 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::string kDir = std::string(LG_FIXTURES_DIR) + "/deepseek-v3-tokenizer";
+const std::string kDir = std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer";
 
 TEST(ChatTemplateTokensTest, GoldenChatsEncodeToReferenceIds) {
   auto tmpl = ChatTemplate::loadFromDir(kDir);

@@ -94,7 +94,7 @@ TEST(ModelInitCliTest, DemoPresetLoadsAndRuns) {
   }
   // The tokenizer files are the embedded copies of the fixture.
   EXPECT_EQ(*readFile(model + "/tokenizer.json"),
-            *readFile(std::string(LG_FIXTURES_DIR) + "/deepseek-v3-tokenizer/tokenizer.json"));
+            *readFile(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer/tokenizer.json"));
   ASSERT_TRUE(writeFileAtomic(dir.path() + "/ids.json", "[0, 128803, 30594, 128804, 100, 200]").isOk());
   r = runProcess({latentgateBinary(), "forward", "--model", model, "--ids", dir.path() + "/ids.json", "--out",
                   dir.path() + "/out.safetensors", "--decode-from", "4"},

@@ -14,15 +14,18 @@
 namespace lg::text::testing {
 
 inline std::string fixturePath(const std::string& name) { return std::string(LG_FIXTURES_DIR) + "/" + name; }
+inline std::string assetPath(const std::string& name) { return std::string(LG_ASSETS_DIR) + "/" + name; }
 
-inline nlohmann::json readJsonFixture(const std::string& name) {
-  auto text = readFile(fixturePath(name));
+inline nlohmann::json readJsonFile(const std::string& path) {
+  auto text = readFile(path);
   if (!text.isOk()) throw std::runtime_error(text.status().toString());
   return nlohmann::json::parse(*text);
 }
 
+inline nlohmann::json readJsonFixture(const std::string& name) { return readJsonFile(fixturePath(name)); }
+
 inline const nlohmann::json& v3Json() {
-  static const nlohmann::json kJson = readJsonFixture("deepseek-v3-tokenizer/tokenizer.json");
+  static const nlohmann::json kJson = readJsonFile(assetPath("deepseek-v3-tokenizer/tokenizer.json"));
   return kJson;
 }
 

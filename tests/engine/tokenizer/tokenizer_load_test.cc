@@ -90,7 +90,7 @@ TEST(TokenizerLoad, MissingDirectoryOrFile) {
 }
 
 TEST(TokenizerLoad, LoadsFromADirectory) {
-  auto t = Tokenizer::loadFromDir(fixturePath("deepseek-v3-tokenizer"));
+  auto t = Tokenizer::loadFromDir(assetPath("deepseek-v3-tokenizer"));
   ASSERT_TRUE(t.isOk()) << t.status().toString();
   EXPECT_EQ((*t)->vocabSize(), 128815);
   EXPECT_EQ((*t)->addedTokenId("<｜end▁of▁sentence｜>"), 1);
@@ -106,7 +106,7 @@ TEST(TokenizerLoad, CorruptAndTruncatedJson) {
   // A truncated copy of the real file, through loadFromDir.
   const auto dir = std::filesystem::temp_directory_path() / ("lg-tok-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  auto full = readFile(fixturePath("deepseek-v3-tokenizer/tokenizer.json"));
+  auto full = readFile(assetPath("deepseek-v3-tokenizer/tokenizer.json"));
   ASSERT_TRUE(full.isOk());
   std::ofstream(dir / "tokenizer.json") << full->substr(0, full->size() / 2);
   auto t = Tokenizer::loadFromDir(dir.string());
