@@ -1,4 +1,4 @@
-#include "engine/model/load_progress.h"
+#include "cli/terminal_progress.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <memory>
 
-namespace lg::engine {
+namespace lg::cli {
 namespace {
 
 struct Line {
@@ -33,10 +33,10 @@ struct Line {
 
 }  // namespace
 
-std::function<void(const LoadProgress&)> terminalLoadProgress(std::string label, uint64_t min_bytes) {
+std::function<void(const engine::LoadProgress&)> terminalLoadProgress(std::string label, uint64_t min_bytes) {
   if (!::isatty(STDERR_FILENO)) return {};
   auto line = std::make_shared<Line>(Line{std::move(label), min_bytes});
-  return [line](const LoadProgress& p) {
+  return [line](const engine::LoadProgress& p) {
     // Validation completes quickly (the weights are mapped, not read); the
     // prefetch pass that reads every page is the long part.
     if (p.phase == "prefetching") line->print("reading weights", p.done_bytes, p.total_bytes);
@@ -49,4 +49,4 @@ std::function<void(uint64_t, uint64_t)> terminalByteProgress(std::string label, 
   return [line](uint64_t done, uint64_t total) { line->print("writing", done, total); };
 }
 
-}  // namespace lg::engine
+}  // namespace lg::cli
