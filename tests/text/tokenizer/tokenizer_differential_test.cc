@@ -5,7 +5,7 @@
 // ignore_merges, added-token flags), and lossy decoding of random ids.
 #include <gtest/gtest.h>
 
-#include "tests/engine/tokenizer/test_support.h"
+#include "tests/text/tokenizer/test_support.h"
 
 namespace lg::text::testing {
 namespace {

@@ -13,9 +13,9 @@
 
 #include "common/file_util.h"
 #include "engine/model/safetensors.h"
-#include "tests/cache/cache_test_util.h"
 #include "tests/engine/golden/golden_util.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace lg::cache::testing {
 namespace {
@@ -64,7 +64,7 @@ class CacheCliTest : public ::testing::Test {
     return {"--cache-dir", dir_.path() + "/kv", "--namespace", ns};
   }
 
-  ScopedTempDir dir_;
+  test::TempDir dir_{"lg_cache_cli"};
 };
 
 TEST_F(CacheCliTest, FreshProcessReusesStoredBlocksOnEveryGoldenModel) {

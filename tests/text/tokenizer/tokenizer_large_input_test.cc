@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "common/utf8.h"
-#include "tests/engine/tokenizer/test_support.h"
+#include "tests/text/tokenizer/test_support.h"
 
 namespace lg::text::testing {
 namespace {
