@@ -30,7 +30,7 @@
 #include "engine/backend_config.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/forward_runner.h"
-#include "engine/model/load_progress.h"
+#include "cli/terminal_progress.h"
 #include "engine/model/safetensors.h"
 #include "engine/sequence_blocks.h"
 
@@ -156,7 +156,7 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
   const auto t0 = Clock::now();
   engine::ModelLoadOptions load_options;
   load_options.prefetch = true;
-  load_options.progress = engine::terminalLoadProgress("loading " + args.model_dir);
+  load_options.progress = terminalLoadProgress("loading " + args.model_dir);
   auto model = engine::Model::load(args.model_dir, load_options);
   if (!model.isOk()) {
     std::cerr << "latentgate forward: " << model.status().toString() << "\n";

@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/global_flags.h"
-#include "engine/model/load_progress.h"
+#include "cli/terminal_progress.h"
 #include "engine/model/presets.h"
 
 namespace lg::cli {
@@ -34,7 +34,7 @@ int runInit(const GlobalFlags& flags, const InitArgs& args) {
   }
   engine::CheckpointInitOptions options;
   options.seed = args.seed;
-  options.progress = engine::terminalByteProgress("model init " + args.preset);
+  options.progress = terminalByteProgress("model init " + args.preset);
   if (Status s = engine::writeRandomCheckpoint(*config, args.out_dir, options); !s.isOk()) {
     std::cerr << "latentgate model init: " << s.toString() << "\n";
     return 1;

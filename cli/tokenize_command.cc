@@ -14,8 +14,8 @@
 
 #include "cli/commands.h"
 #include "cli/global_flags.h"
-#include "engine/chat/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace lg::cli {
 namespace {
@@ -26,8 +26,8 @@ constexpr size_t kMaxLineBytes = size_t{64} << 20;
 
 struct TokenizeSession {
   std::string model_dir;
-  std::unique_ptr<engine::Tokenizer> tokenizer;
-  std::optional<Result<engine::ChatTemplate>> chat_template;  // loaded on first use
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::optional<Result<text::ChatTemplate>> chat_template;  // loaded on first use
 
   Result<json> handle(const std::string& line) {
     json request = json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -51,13 +51,13 @@ struct TokenizeSession {
       if (!it->is_boolean()) return invalidArgument("\"add_generation_prompt\" must be a boolean");
       add_generation_prompt = it->get<bool>();
     }
-    if (!chat_template) chat_template = engine::ChatTemplate::loadFromDir(model_dir);
+    if (!chat_template) chat_template = text::ChatTemplate::loadFromDir(model_dir);
     if (!chat_template->isOk()) return chat_template->status();
-    engine::ChatRenderInput input;
+    text::ChatRenderInput input;
     input.messages = &messages;
     input.add_generation_prompt = add_generation_prompt;
     if (auto it = request.find("tools"); it != request.end()) input.tools = &*it;
-    LG_ASSIGN_OR_RETURN(engine::PromptText prompt, (*chat_template)->render(input));
+    LG_ASSIGN_OR_RETURN(text::PromptText prompt, (*chat_template)->render(input));
     LG_ASSIGN_OR_RETURN(auto ids, tokenizer->encodePrompt(prompt));
     out["ids"] = ids;
     out["text"] = prompt.text;
@@ -80,7 +80,7 @@ Command addTokenizeCommand(CLI::App& app, GlobalFlags& flags) {
             }
             TokenizeSession session;
             session.model_dir = *model_dir;
-            auto tokenizer = engine::Tokenizer::loadFromDir(*model_dir);
+            auto tokenizer = text::Tokenizer::loadFromDir(*model_dir);
             if (!tokenizer.isOk()) {
               std::cerr << "latentgate tokenize: " << tokenizer.status().toString() << "\n";
               return 2;

@@ -4,4 +4,4 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${LG_BUILD_DIR:-$root/build}
 "$root/scripts/build.sh" latentgate
-exec "$build/cli/latentgate" tokenize --model "$root/tests/fixtures/deepseek-v3-tokenizer" "$@"
+exec "$build/cli/latentgate" tokenize --model "$root/assets/deepseek-v3-tokenizer" "$@"

@@ -45,7 +45,7 @@
 #include "common/malloc_tuning.h"
 #include "config/config.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/model/load_progress.h"
+#include "cli/terminal_progress.h"
 #include "engine/model/presets.h"
 #include "engine/sequence_blocks.h"
 
@@ -235,7 +235,7 @@ std::unique_ptr<engine::Backend> loadBackend(const std::string& dir, const char*
   if (::access((dir + "/config.json").c_str(), F_OK) != 0) {
     std::printf("writing the %s preset to %s\n", preset, dir.c_str());
     engine::CheckpointInitOptions init;
-    init.progress = engine::terminalByteProgress(std::string(preset) + " preset");
+    init.progress = cli::terminalByteProgress(std::string(preset) + " preset");
     if (Status s = engine::writeRandomCheckpoint(*engine::presetConfig(preset), dir, init); !s.isOk()) die(s.toString());
   }
   engine::ModelLoadOptions load;

@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
+#include "cli/terminal_progress.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/linear.h"
 #include "engine/cpu/simd.h"  // AVX-512 intrinsics (with GCC 12's header warnings silenced)
-#include "engine/model/load_progress.h"
 #include "engine/model/presets.h"
 #include "engine/sequence_blocks.h"
 
@@ -287,13 +287,13 @@ int run(const Args& args) {
   if (::access((args.model_dir + "/config.json").c_str(), F_OK) != 0) {
     std::printf("writing the bench preset to %s\n", args.model_dir.c_str());
     CheckpointInitOptions init;
-    init.progress = terminalByteProgress("bench preset");
+    init.progress = cli::terminalByteProgress("bench preset");
     if (Status s = writeRandomCheckpoint(*presetConfig("bench"), args.model_dir, init); !s.isOk()) die(s.toString());
   }
   const Rss before = rss();
   ModelLoadOptions load;
   load.prefetch = true;
-  load.progress = terminalLoadProgress("loading " + args.model_dir);
+  load.progress = cli::terminalLoadProgress("loading " + args.model_dir);
   auto t_load = Clock::now();
   auto model = Model::load(args.model_dir, load);
   if (!model.isOk()) die(model.status().toString());

@@ -20,8 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer/bpe_tokenizer.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "text/tokenizer/bpe_tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace {
 
@@ -29,7 +29,7 @@ using nlohmann::json;
 
 struct Args {
   std::string corpus;
-  std::string tokenizer_dir = std::string(LG_SOURCE_DIR) + "/tests/fixtures/deepseek-v3-tokenizer";
+  std::string tokenizer_dir = std::string(LG_SOURCE_DIR) + "/assets/deepseek-v3-tokenizer";
   int reps = 5;
   bool reference = true;
 };
@@ -55,7 +55,7 @@ struct Measure {
   std::string hash;
 };
 
-Measure measure(const lg::engine::Tokenizer& tokenizer, const std::vector<std::string>& docs, int reps) {
+Measure measure(const lg::text::Tokenizer& tokenizer, const std::vector<std::string>& docs, int reps) {
   Measure m;
   std::vector<std::vector<int32_t>> all;
   auto pass = [&](bool keep) {
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     std::cerr << "empty corpus " << args.corpus << "\n";
     return 1;
   }
-  auto tokenizer = lg::engine::Tokenizer::loadFromDir(args.tokenizer_dir);
+  auto tokenizer = lg::text::Tokenizer::loadFromDir(args.tokenizer_dir);
   if (!tokenizer.isOk()) {
     std::cerr << tokenizer.status().toString() << "\n";
     return 1;
@@ -140,9 +140,9 @@ int main(int argc, char** argv) {
   {
     std::ifstream in(args.tokenizer_dir + "/tokenizer.json");
     const json root = json::parse(in);
-    lg::engine::TokenizerOptions options;
+    lg::text::TokenizerOptions options;
     options.allow_fast_path = false;
-    auto general = lg::engine::BpeTokenizer::fromJson(root, options);
+    auto general = lg::text::BpeTokenizer::fromJson(root, options);
     if (general.isOk()) {
       const Measure g = measure(**general, docs, std::max(1, args.reps / 2));
       row("LatentGate (PCRE2 path)", bytes, g.median, g.tokens);

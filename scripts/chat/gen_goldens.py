@@ -11,7 +11,7 @@ documents=None, add_generation_prompt, bos_token, eos_token and extra kwargs.
 Usage (Debian: apt-get install python3-jinja2):
     /usr/bin/python3 scripts/chat/gen_goldens.py
 
-The C++ tests (tests/engine/chat/chat_template_golden_test.cc) must reproduce
+The C++ tests (tests/text/chat/chat_template_golden_test.cc) must reproduce
 every `text` byte for byte, and fail wherever Jinja2 raised.
 """
 import copy

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Generates the differential goldens that tests/engine/tokenizer/ compares
+// Generates the differential goldens that tests/text/tokenizer/ compares
 // LatentGate's tokenizer against, using the reference Hugging Face `tokenizers`
 // 0.23.2 (npm, pinned in bench/tokenizer/package.json):
 //
@@ -31,7 +31,7 @@ const require = createRequire(join(root, 'bench', 'tokenizer', 'package.json'));
 const { Tokenizer } = require('tokenizers');
 const ucd = join(root, 'bench', 'tokenizer', 'node_modules', '@unicode', 'unicode-16.0.0');
 
-const v3Path = join(root, 'tests', 'fixtures', 'deepseek-v3-tokenizer', 'tokenizer.json');
+const v3Path = join(root, 'assets', 'deepseek-v3-tokenizer', 'tokenizer.json');
 const v3 = JSON.parse(readFileSync(v3Path, 'utf8'));
 
 // --- Tokenizer variants ------------------------------------------------------
@@ -142,7 +142,7 @@ async function encodeAll(tokenizer, texts) {
 const corpora = await buildCorpus(ucd);
 const result = {
   source: 'tokenizers 0.23.2 (npm); scripts/tokenizer/gen_tokenizer_goldens.mjs',
-  base: 'deepseek-v3-tokenizer/tokenizer.json',
+  base: 'assets/deepseek-v3-tokenizer/tokenizer.json',
   variants: [],
   decode: [],
 };

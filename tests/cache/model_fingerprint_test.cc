@@ -68,7 +68,7 @@ TEST_F(ModelFingerprintTest, StableAndSensitiveToConfigAndTokenizer) {
   ASSERT_TRUE(writeFileAtomic(model_ + "/config.json", config).isOk());
   EXPECT_EQ(fp(), base);
 
-  fs::copy_file(fixture("deepseek-v3-tokenizer/tokenizer.json"), model_ + "/tokenizer.json");
+  fs::copy_file(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer/tokenizer.json", model_ + "/tokenizer.json");
   const Digest with_tokenizer = fp();
   EXPECT_NE(with_tokenizer, base);
   ASSERT_TRUE(writeFileAtomic(model_ + "/tokenizer_config.json", "{}").isOk());

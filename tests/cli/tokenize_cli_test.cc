@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::string kTokenizerDir = std::string(LG_FIXTURES_DIR) + "/deepseek-v3-tokenizer";
+const std::string kTokenizerDir = std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer";
 
 json loadGolden() {
   std::ifstream in(std::string(LG_FIXTURES_DIR) + "/tokenizer-golden.json");

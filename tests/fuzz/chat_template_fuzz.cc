@@ -15,13 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/chat/chat_template.h"
+#include "text/chat/chat_template.h"
 
 namespace {
 
 using nlohmann::json;
 
-// tests/fixtures/deepseek-v3-tokenizer/tokenizer_config.json's chat_template.
+// assets/deepseek-v3-tokenizer/tokenizer_config.json's chat_template.
 constexpr std::string_view kV3Template = R"V3TPL({% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='', is_first_sp=true) %}{%- for message in messages %}{%- if message['role'] == 'system' %}{%- if ns.is_first_sp %}{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% set ns.is_first_sp = false %}{%- else %}{% set ns.system_prompt = ns.system_prompt + '
 
 ' + message['content'] %}{%- endif %}{%- endif %}{%- endfor %}{{bos_token}}{{ns.system_prompt}}{%- for message in messages %}{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}{%- for tool in message['tool_calls']%}{%- if not ns.is_first %}{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '
@@ -34,7 +34,7 @@ constexpr std::string_view kV3Template = R"V3TPL({% if not add_generation_prompt
 ' + '```' + '<｜tool▁call▁end｜>'}}{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor %}{%- endif %}{%- if message['role'] == 'assistant' and message['content'] is not none %}{%- if ns.is_tool %}{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}{%- set ns.is_tool = false -%}{%- else %}{{'<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}{%- if ns.is_output_first %}{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- set ns.is_output_first = false %}{%- else %}{{'
 <｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}{%- endif %}{%- endfor -%}{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}{% endif %})V3TPL";
 
-void checkPrompt(const lg::engine::PromptText& p) {
+void checkPrompt(const lg::text::PromptText& p) {
   size_t prev_end = 0;
   for (size_t i = 0; i < p.trusted.size(); ++i) {
     const auto& r = p.trusted[i];
@@ -58,11 +58,11 @@ const json& fixedMessages() {
 }
 
 void fuzzTemplate(std::string_view source) {
-  auto tmpl = lg::engine::ChatTemplate::parse(source, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
+  auto tmpl = lg::text::ChatTemplate::parse(source, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
   if (!tmpl.isOk()) return;
   static const json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {}}}])");
   static const json extra = json::parse(R"({"thinking": true, "n": 3, "f": 1.5, "l": [1, "a", null]})");
-  lg::engine::ChatRenderInput input;
+  lg::text::ChatRenderInput input;
   input.messages = &fixedMessages();
   input.tools = &tools;
   input.extra = &extra;
@@ -71,11 +71,11 @@ void fuzzTemplate(std::string_view source) {
 }
 
 void fuzzRequest(std::string_view text) {
-  static const auto v3 = lg::engine::ChatTemplate::parse(kV3Template, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
+  static const auto v3 = lg::text::ChatTemplate::parse(kV3Template, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
   if (!v3.isOk()) std::abort();
   const json request = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded()) return;
-  lg::engine::ChatRenderInput input;
+  lg::text::ChatRenderInput input;
   input.messages = &request;
   if (request.is_object()) {
     if (auto it = request.find("messages"); it != request.end()) input.messages = &*it;

@@ -16,12 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "engine/tokenizer/bpe_tokenizer.h"
+#include "text/tokenizer/bpe_tokenizer.h"
 #include "common/utf8.h"
 
 namespace {
 
-using lg::engine::BpeTokenizer;
+using lg::text::BpeTokenizer;
 
 struct Tokenizers {
   std::unique_ptr<BpeTokenizer> fast;
@@ -30,10 +30,10 @@ struct Tokenizers {
 
 const Tokenizers& tokenizers() {
   static const Tokenizers kTokenizers = [] {
-    auto text = lg::readFile(std::string(LG_FIXTURES_DIR) + "/deepseek-v3-tokenizer/tokenizer.json");
+    auto text = lg::readFile(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer/tokenizer.json");
     if (!text.isOk()) std::abort();
     const nlohmann::json root = nlohmann::json::parse(*text);
-    lg::engine::TokenizerOptions general;
+    lg::text::TokenizerOptions general;
     general.allow_fast_path = false;
     auto fast = BpeTokenizer::fromJson(root);
     auto slow = BpeTokenizer::fromJson(root, general);
@@ -65,11 +65,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(back.isOk() && *back == text);
     auto general = t.general->encode(text);
     check(general.isOk() && *general == *ids);
-    lg::engine::PromptText untrusted;
+    lg::text::PromptText untrusted;
     untrusted.append(text, false);
     auto prompt = t.fast->encodePrompt(untrusted);
     check(prompt.isOk() && *prompt == *ids);
-    lg::engine::StreamDecoder stream(*t.fast);
+    lg::text::StreamDecoder stream(*t.fast);
     std::string streamed;
     for (int32_t id : *ids) streamed += stream.push(id);
     streamed += stream.flush();
@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Fuzzer-chosen trusted ranges (possibly unsorted or splitting characters:
   // those must be rejected cleanly, never crash).
-  lg::engine::PromptText prompt;
+  lg::text::PromptText prompt;
   prompt.text = text;
   for (size_t k = 0; k < ranges && 1 + 4 * k + 3 < header; ++k) {
     const uint8_t* r = data + 1 + 4 * k;
@@ -105,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto decoded = t.fast->decode(raw, data[size - 1] & 1);
   check(decoded.isOk());
-  lg::engine::StreamDecoder stream(*t.fast, data[size - 1] & 1);
+  lg::text::StreamDecoder stream(*t.fast, data[size - 1] & 1);
   std::string streamed;
   for (int32_t id : raw) streamed += stream.push(id);
   streamed += stream.flush();

@@ -1,0 +1,25 @@
+// Executes a parsed chat template against a set of variables.
+//
+// Scoping follows Jinja2: `if` shares its scope, each for-loop iteration gets
+// a fresh scope (assignments inside do not survive the iteration), and
+// namespace() objects are the way to carry state out of a loop.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "text/chat/jinja_ast.h"
+#include "text/chat/jinja_value.h"
+
+namespace lg::text::jinja {
+
+// Total for-loop iterations one render may run (all loops together).
+inline constexpr int64_t kMaxLoopIterations = 250000;
+
+// Renders `ast` with the given top-level variables. The result's trusted
+// ranges cover the bytes that came from trusted strings.
+Result<StrRep> renderTemplate(const TemplateAst& ast, const std::vector<std::pair<std::string, Value>>& variables);
+
+}  // namespace lg::text::jinja
