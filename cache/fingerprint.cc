@@ -12,7 +12,6 @@ namespace {
 // Domain separation: a block key can never equal a system-prompt fingerprint or
 // any other hash computed from the same bytes.
 constexpr std::string_view kBlockTag = "latentgate/block/v1";
-constexpr std::string_view kSystemPromptTag = "latentgate/system-prompt/v1";
 
 }  // namespace
 
@@ -105,15 +104,5 @@ std::vector<Digest> chainBlockKeys(std::string_view ns, const Digest& model, std
   return keys;
 }
 
-Digest systemPromptFingerprint(std::string_view ns, const Digest& model, std::string_view system_text) {
-  return Sha256()
-      .update(kSystemPromptTag)
-      .updateU64(ns.size())
-      .update(ns)
-      .update(model)
-      .updateU64(system_text.size())
-      .update(system_text)
-      .finish();
-}
 
 }  // namespace lg::cache

@@ -66,8 +66,5 @@ std::vector<Digest> chainBlockKeys(std::string_view ns, const Digest& model, std
 Digest blockKey(std::string_view ns, const Digest& model, const Digest& previous,
                 std::span<const int32_t> block_ids);
 
-// The system prompt's own fingerprint, recorded for analytics only: it does not
-// address cached data. Namespaced like block keys.
-Digest systemPromptFingerprint(std::string_view ns, const Digest& model, std::string_view system_text);
 
 }  // namespace lg::cache

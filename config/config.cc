@@ -295,8 +295,11 @@ Status validateConfig(const Config& c) {
     return invalidArgument("engine.max_batch_tokens: expected 1..1048576, got " +
                            std::to_string(c.engine.max_batch_tokens));
   }
-  if (c.cache.block_tokens < 1 || c.cache.block_tokens > 4096) {
-    return invalidArgument("cache.block_tokens: expected 1..4096, got " + std::to_string(c.cache.block_tokens));
+  // Hits are counted in whole blocks; with blocks of a few tokens, hit counts
+  // (which a client sees in its usage) would reveal others' prompts nearly
+  // token by token within a shared namespace.
+  if (c.cache.block_tokens < 16 || c.cache.block_tokens > 4096) {
+    return invalidArgument("cache.block_tokens: expected 16..4096, got " + std::to_string(c.cache.block_tokens));
   }
   if (c.cache.tier0_budget_bytes < 0) {
     return invalidArgument("cache.tier0_budget_bytes: expected >= 0 (0 = the whole pool), got " +

@@ -25,7 +25,7 @@ using engine::testing::Golden;
 using engine::testing::loadGolden;
 using nlohmann::json;
 
-constexpr int kBt = 8;
+constexpr int kBt = 16;  // the smallest block the configuration accepts
 
 struct CliRun {
   json stats;
@@ -99,7 +99,7 @@ TEST_F(CacheCliTest, SharingTheFirstKBlocksReusesExactlyK) {
   const Golden g = loadGolden("tiny-v3");
   const std::string model = engine::testing::fixtureDir("tiny-v3");
   forward(model, g.ids, cacheFlags());
-  for (int k : {1, 5, 12}) {
+  for (int k : {1, 4, 7}) {
     std::vector<int32_t> ids(g.ids.begin(), g.ids.begin() + k * kBt);
     ids.push_back((g.ids[static_cast<size_t>(k * kBt)] + 1) % 2048);  // diverges in block k
     ids.insert(ids.end(), g.ids.begin() + k * kBt + 1, g.ids.begin() + (k + 3) * kBt);

@@ -66,7 +66,7 @@ TEST(ConfigTest, ErrorsNameFieldAndValue) {
   EXPECT_NE(bad.status().message().find("log.level"), std::string::npos);
   EXPECT_NE(bad.status().message().find("verbose"), std::string::npos);
 
-  sources.environment = {{"LATENTGATE_CACHE_BLOCK_TOKENS", "0"}};
+  sources.environment = {{"LATENTGATE_CACHE_BLOCK_TOKENS", "8"}};  // below 16: hit counts would reveal tokens
   bad = loadConfig(sources);
   ASSERT_FALSE(bad.isOk());
   EXPECT_NE(bad.status().message().find("cache.block_tokens"), std::string::npos);
