@@ -35,6 +35,12 @@ PrefixCacheOptions prefixCacheOptions(const Config& config, engine::LatentDType 
   return o;
 }
 
+ModelFingerprintOptions fingerprintOptions(const Config& config) {
+  ModelFingerprintOptions o;
+  o.full = config.cache.fingerprint == FingerprintSetting::kFull;
+  return o;
+}
+
 DiskTierOptions diskTierOptions(const Config& config) {
   const CacheOptions& c = config.cache;
   DiskTierOptions o;

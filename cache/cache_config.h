@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cache/disk_tier.h"
+#include "cache/model_fingerprint.h"
 #include "cache/prefix_cache.h"
 #include "config/options.h"
 #include "engine/latent_pool.h"
@@ -14,6 +15,7 @@ namespace lg::cache {
 StoredDType storedDType(StoredDTypeSetting setting, engine::LatentDType pool);
 RestorePolicy restorePolicy(RestorePolicySetting setting);
 PrefixCacheOptions prefixCacheOptions(const Config& config, engine::LatentDType pool);
+ModelFingerprintOptions fingerprintOptions(const Config& config);
 // The store lives at cache.disk_path, by default data_dir/kv.
 DiskTierOptions diskTierOptions(const Config& config);
 // The cache secret's file: cache.secret_file, by default beside the store

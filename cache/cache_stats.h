@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "cache/block_codec.h"
 #include "cache/cost_model.h"
@@ -34,6 +35,10 @@ struct CacheStats {
   uint64_t denied_shared_reads = 0;  // shared namespaces a lookup named but its team was not granted
   TierStats tier0;
   TierStats disk;
+
+  // Whether the latent identity still holds (PrefixCache::guardIdentity).
+  bool identity_stale = false;
+  std::string identity_error;  // why not, when stale
 
   // Tier 0.
   uint64_t tier0_pinned_blocks = 0;     // gauge: indexed blocks a request also holds

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "common/file_util.h"
 #include "engine/model/model.h"
@@ -44,11 +47,11 @@ Result<MappedFile> hashWholeFile(Sha256& h, const std::string& dir, const std::s
   return f;
 }
 
-// One weight file: size, the safetensors header, a sample of the data section.
-Status hashWeightFile(Sha256& h, const std::string& dir, const std::string& name,
-                      const ModelFingerprintOptions& o, ModelFingerprint& fp) {
-  const std::string path = dir + "/" + name;
-  LG_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
+// One weight file, as mapped: size, the safetensors header, the data section
+// (whole, or a sample of it).
+Status hashWeightFile(Sha256& h, const std::string& name, const MappedFile& f, const ModelFingerprintOptions& o,
+                      ModelFingerprint& fp) {
+  const std::string& path = f.path();
   hashName(h, name);
   h.updateU64(f.size());
   if (f.size() < 8) return dataLoss(path + ": too short for a safetensors header");
@@ -67,7 +70,7 @@ Status hashWeightFile(Sha256& h, const std::string& dir, const std::string& name
 
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_len = f.size() - data_start;
-  if (data_len <= o.whole_data_limit) {
+  if (o.full || data_len <= o.whole_data_limit) {
     h.updateU64(0);  // mode: whole
     hashRange(h, f, data_start, data_len, fp.bytes_read);
   } else {
@@ -92,30 +95,64 @@ Status hashWeightFile(Sha256& h, const std::string& dir, const std::string& name
   return Status::ok();
 }
 
-}  // namespace
 
-Result<ModelFingerprint> fingerprintModel(const std::string& dir, const ModelFingerprintOptions& options) {
+// The fingerprint of a checkpoint whose config.json bytes and weight maps the
+// caller holds; the tokenizer files and the index are read from `dir`.
+Result<ModelFingerprint> fingerprintParts(const std::string& dir, std::string_view config_text,
+                                          std::vector<std::pair<std::string, const MappedFile*>> weights,
+                                          const ModelFingerprintOptions& options) {
   ModelFingerprint fp;
   Sha256 h;
   h.update(kModelTag).updateU64(engine::kLatentFormatVersion);
-  LG_RETURN_IF_ERROR(hashWholeFile(h, dir, "config.json", /*required=*/true, fp).status());
+  // config.json exactly as hashWholeFile hashes a file: name, presence, size, bytes.
+  hashName(h, "config.json");
+  h.updateU64(1).updateU64(config_text.size()).update(config_text);
+  fp.bytes_read += config_text.size();
+  fp.files.push_back("config.json");
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}) {
     LG_RETURN_IF_ERROR(hashWholeFile(h, dir, name, /*required=*/false, fp).status());
   }
+  if (::access((dir + "/model.safetensors.index.json").c_str(), F_OK) == 0) {
+    LG_RETURN_IF_ERROR(hashWholeFile(h, dir, "model.safetensors.index.json", true, fp).status());
+  }
+  std::sort(weights.begin(), weights.end());
+  h.updateU64(weights.size());
+  for (const auto& [name, map] : weights) LG_RETURN_IF_ERROR(hashWeightFile(h, name, *map, options, fp));
+  fp.digest = h.finish();
+  return fp;
+}
+
+}  // namespace
+
+Result<ModelFingerprint> fingerprintModel(const std::string& dir, const ModelFingerprintOptions& options) {
+  LG_ASSIGN_OR_RETURN(MappedFile config, MappedFile::open(dir + "/config.json"));
   // The weight files exactly as Model::load picks them.
   const std::string index_path = dir + "/model.safetensors.index.json";
   std::set<std::string> shards;
   if (::access(index_path.c_str(), F_OK) == 0) {
-    LG_ASSIGN_OR_RETURN(MappedFile index, hashWholeFile(h, dir, "model.safetensors.index.json", true, fp));
+    LG_ASSIGN_OR_RETURN(MappedFile index, MappedFile::open(index_path));
     LG_ASSIGN_OR_RETURN(auto weight_map, engine::parseWeightMap(index.view(), index_path));
     for (const auto& [tensor, file] : weight_map) shards.insert(file);
   } else {
     shards.insert("model.safetensors");
   }
-  h.updateU64(shards.size());
-  for (const std::string& shard : shards) LG_RETURN_IF_ERROR(hashWeightFile(h, dir, shard, options, fp));
-  fp.digest = h.finish();
-  return fp;
+  std::vector<MappedFile> maps;
+  maps.reserve(shards.size());
+  std::vector<std::pair<std::string, const MappedFile*>> weights;
+  for (const std::string& shard : shards) {
+    LG_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(dir + "/" + shard));
+    maps.push_back(std::move(f));
+    weights.emplace_back(shard, &maps.back());
+  }
+  return fingerprintParts(dir, config.view(), std::move(weights), options);
+}
+
+Result<ModelFingerprint> fingerprintModel(const engine::Model& model, const ModelFingerprintOptions& options) {
+  std::vector<std::pair<std::string, const MappedFile*>> weights;
+  for (const engine::SafetensorsFile& shard : model.shards()) {
+    weights.emplace_back(std::filesystem::path(shard.path()).filename().string(), &shard.map());
+  }
+  return fingerprintParts(model.dir(), model.configText(), std::move(weights), options);
 }
 
 Digest latentIdentity(const Digest& model, const engine::LatentPool& pool, StoredDType stored) {

@@ -21,9 +21,19 @@
 // Cost: a few hundred KB of reads per shard whatever its size (about 40 MB
 // for a 163-shard DeepSeek-V3 checkpoint), so restarts stay fast. The price
 // of sampling: an in-place edit of weight bytes outside the sample, keeping
-// every header and size, is not detected. Republished checkpoints change
-// headers, sizes or sampled bytes; an operator who edits weights in place must
-// clear the cache (or change config.json).
+// every header and size, is not detected by the fingerprint. Two things
+// close that gap: `full` (cache.fingerprint = full) hashes every byte
+// (docs/benchmarks.md has its cost), and a running server compares each
+// file's identity (inode, size, mtime: Model::checkFilesUnchanged) with the
+// file it mapped, at start and on a timer, and stops serving cached blocks
+// under the old identity as soon as one differs (PrefixCache::guardIdentity).
+// What neither can notice: an edit that restores the file's size and mtime
+// and stays outside the sample (sampled mode), between two checks.
+//
+// fingerprintModel(const Model&) hashes the very bytes the engine computes
+// with: the config.json text it parsed and the weight files as it mapped
+// them, so a file replaced between loading and fingerprinting cannot give
+// the loaded weights another file's identity.
 //
 // Thread-safety: free functions, no shared state.
 #pragma once
@@ -37,6 +47,10 @@
 #include "common/status.h"
 #include "engine/latent_pool.h"
 
+namespace lg::engine {
+class Model;
+}
+
 namespace lg::cache {
 
 struct ModelFingerprintOptions {
@@ -44,6 +58,7 @@ struct ModelFingerprintOptions {
   uint64_t edge_bytes = uint64_t{64} << 10;       // else: first and last 64 KiB...
   int sample_windows = 64;                        // ...and 64 windows...
   uint64_t window_bytes = 4096;                   // ...of 4 KiB
+  bool full = false;                              // hash every byte of every data section
 };
 
 struct ModelFingerprint {
@@ -56,6 +71,9 @@ struct ModelFingerprint {
 // config.json or a weight file missing or unreadable, a malformed index or
 // safetensors header (NotFound / DataLoss naming the file).
 Result<ModelFingerprint> fingerprintModel(const std::string& dir, const ModelFingerprintOptions& options = {});
+// The same fingerprint from a loaded model's own bytes (equal to the above
+// when the files did not change in between).
+Result<ModelFingerprint> fingerprintModel(const engine::Model& model, const ModelFingerprintOptions& options = {});
 
 // The identity cached latents are keyed and stored under: the checkpoint's
 // fingerprint plus everything that changes the latents a hit returns: the

@@ -360,8 +360,11 @@ void PrefixCache::finishEviction(std::vector<Victim>& victims) {
   if (victims.empty()) return;
   // The victims left the index under mu_ while only the index referenced
   // them, so nobody else can reach them: export and release without the lock.
+  // A stale cache writes nothing: blocks computed after the weights changed
+  // would be stored under the old identity.
+  const bool write = !stale();
   for (Victim& v : victims) {
-    if (v.write_back) {
+    if (v.write_back && write) {
       WriteBackItem item{v.key, v.ns_tag, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
       if (pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk()) {
         (void)writer_->tryPush(std::move(item));
@@ -375,6 +378,7 @@ void PrefixCache::finishEviction(std::vector<Victim>& victims) {
 }
 
 void PrefixCache::writeThrough(const std::vector<Victim>& blocks) {
+  if (stale()) return;
   for (const Victim& v : blocks) {
     WriteBackItem item{v.key, v.ns_tag, v.ids, std::vector<uint8_t>(block_bytes_)};
     const bool exported = pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk();
@@ -454,6 +458,12 @@ PrefixLease PrefixCache::lookup(const TeamNamespace& team, std::span<const int32
   s.policy = options.restore_policy.value_or(options_.restore_policy);
   s.on_ready = std::move(options.on_ready);
   s.hit_keys = &s.keys;
+  if (stale()) {
+    // Nothing under this identity is trusted any more: no hits, no claims.
+    s.max_hit = 0;
+    s.n_full = 0;
+    s.shared_keys.clear();
+  }
   {
     std::lock_guard lock(mu_);
     s.id = next_lease_++;
@@ -835,7 +845,7 @@ void PrefixCache::returnScratch(std::unique_ptr<RestoreScratch> scratch) {
 void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_t filled_len) {
   const int32_t bt = block_tokens_;
   const int32_t n = std::min(filled_len / bt, static_cast<int32_t>(s.keys.size()));
-  if (n <= s.published_upto) return;
+  if (n <= s.published_upto || stale()) return;
   const bool through_now = writer_ != nullptr && options_.write_through_hits == 0;
   std::vector<Victim> write_through;
   std::vector<Victim> victims;
@@ -899,6 +909,56 @@ Result<int32_t> PrefixCache::publishToNamespace(const TeamNamespace& from_ns, co
   return published;
 }
 
+Status PrefixCache::guardIdentity(std::function<Status()> still_valid, std::chrono::milliseconds interval) {
+  {
+    std::lock_guard lock(mu_);
+    identity_check_ = std::move(still_valid);
+    identity_interval_ = std::max(interval, std::chrono::milliseconds(1));
+  }
+  checkIdentity();
+  std::lock_guard lock(mu_);
+  return stale() ? dataLoss(stale_reason_) : Status::ok();
+}
+
+void PrefixCache::checkIdentity() {
+  std::function<Status()> check;
+  std::chrono::milliseconds interval;
+  {
+    std::lock_guard lock(mu_);
+    check = identity_check_;
+    interval = identity_interval_;
+  }
+  if (stale() || !check) return;
+  if (Status s = check(); !s.isOk()) {
+    markStale(s);
+    return;
+  }
+  io_->postAt(Clock::now() + interval, [this] { checkIdentity(); });
+}
+
+void PrefixCache::markStale(const Status& why) {
+  std::vector<BlockId> release;
+  {
+    std::lock_guard lock(mu_);
+    if (stale_.exchange(true, std::memory_order_acq_rel)) return;
+    stale_reason_ = why.message();
+    // Drop every ready entry (the index's references); blocks requests hold
+    // stay theirs. Claims stay until their leases end: publishing is off.
+    for (auto it = index_.begin(); it != index_.end();) {
+      auto next = std::next(it);
+      if (it->second.state == State::kReady) {
+        release.push_back(it->second.block);
+        eraseLocked(it);
+      }
+      it = next;
+    }
+  }
+  for (BlockId b : release) allocator_.release(b);
+  cacheLog()->error("prefix cache stopped: the latent identity no longer holds ({}); no cached block is served "
+                    "until restart",
+                    why.message());
+}
+
 void PrefixCache::grantShared(const SharedNamespace& shared, const TeamNamespace& team) {
   std::lock_guard lock(mu_);
   grants_.emplace(shared.key(), team.key());
@@ -930,6 +990,10 @@ void PrefixCache::saveCostModel() {
 
 Status PrefixCache::persistAll(bool flush_files) {
   if (disk_ == nullptr || writer_ == nullptr) return unavailable("persistAll: the cache has no disk tier");
+  if (stale()) {
+    std::lock_guard lock(mu_);
+    return dataLoss("persistAll: the cache stopped: " + stale_reason_);
+  }
   std::vector<Victim> pending;
   {
     std::lock_guard lock(mu_);
@@ -983,6 +1047,11 @@ CacheStats PrefixCache::snapshot() const {
   s.lookups = c.lookups.load();
   s.prompt_tokens = c.prompt_tokens.load();
   s.cancelled_lookups = c.cancelled.load();
+  s.identity_stale = stale();
+  if (s.identity_stale) {
+    std::lock_guard lock(mu_);
+    s.identity_error = stale_reason_;
+  }
   s.denied_shared_reads = c.denied_shared_reads.load();
   s.tier0.hit_tokens = c.tier0_hit.load();
   s.tier0.miss_tokens = c.tier0_miss.load();

@@ -61,6 +61,7 @@
 // dropped twice, and a claim is only ever turned into a block by its owner.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -193,6 +194,14 @@ class PrefixCache final : public CacheMetricsSource {
   // blocks were published; NotFound if the first block is not in tier 0.
   Result<int32_t> publishToNamespace(const TeamNamespace& from, const SharedNamespace& to,
                                      std::span<const int32_t> ids);
+  // Calls `still_valid` now and then every `interval` on the I/O pool. Once it
+  // fails (the model's files changed under the running process, say), the
+  // cache stops serving under its identity for good: the error is logged
+  // once, tier 0's index is dropped, lookups return no hits and claim
+  // nothing, publishes and write-backs stop. Returns the first check's Status.
+  Status guardIdentity(std::function<Status()> still_valid, std::chrono::milliseconds interval);
+  bool stale() const { return stale_.load(std::memory_order_acquire); }
+
   // Admin actions: let `team` read `shared` (idempotent), or stop it.
   void grantShared(const SharedNamespace& shared, const TeamNamespace& team);
   void revokeShared(const SharedNamespace& shared, const TeamNamespace& team);
@@ -289,6 +298,8 @@ class PrefixCache final : public CacheMetricsSource {
   void publish(LeaseState& st, std::span<const engine::BlockId> blocks, int32_t filled_len);
   void saveCostModel();
   Digest namespaceTag(const std::string& ns_key) const;
+  void checkIdentity();
+  void markStale(const Status& why);
 
   engine::LatentPool& pool_;
   engine::BlockAllocator& allocator_;
@@ -310,6 +321,10 @@ class PrefixCache final : public CacheMetricsSource {
   uint64_t next_lease_ = 1;                       // guarded by mu_
   std::unordered_map<Digest, std::vector<StatePtr>, DigestHash> waiters_;  // guarded by mu_: by awaited key
   std::set<std::pair<std::string, std::string>> grants_;  // guarded by mu_: (shared key, team key)
+  std::function<Status()> identity_check_;        // guarded by mu_
+  std::chrono::milliseconds identity_interval_{0};  // guarded by mu_
+  std::string stale_reason_;                      // guarded by mu_
+  std::atomic<bool> stale_{false};                // set once, never cleared
 
   std::mutex scratch_mu_;
   std::vector<std::unique_ptr<RestoreScratch>> spare_scratch_;  // guarded by scratch_mu_

@@ -65,7 +65,11 @@ Result<ForwardCache> openCache(const Config& config, const ForwardArgs& args, en
   using Clock = std::chrono::steady_clock;
   ForwardCache c;
   const auto t0 = Clock::now();
-  LG_ASSIGN_OR_RETURN(cache::ModelFingerprint fp, cache::fingerprintModel(args.model_dir));
+  // The fingerprint of the very bytes the engine mapped, and a check that
+  // none of its files changed since they were loaded.
+  LG_ASSIGN_OR_RETURN(cache::ModelFingerprint fp,
+                      cache::fingerprintModel(backend.model(), cache::fingerprintOptions(config)));
+  LG_RETURN_IF_ERROR(backend.model().checkFilesUnchanged());
   c.fingerprint_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   c.fingerprint_hex = fp.digest.hex();
   const engine::LatentLayout& layout = backend.latentLayout();

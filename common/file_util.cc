@@ -30,7 +30,14 @@ class FdCloser {
 struct OpenedFile {
   int fd;
   size_t size;
+  FileIdentity identity;
 };
+
+FileIdentity identityOf(const struct stat& st) {
+  return FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                      static_cast<uint64_t>(st.st_size),
+                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
 
 // Opens `path` read-only and checks that it is a regular file. The caller owns
 // the descriptor (wrap it in an FdCloser at once).
@@ -47,10 +54,16 @@ Result<OpenedFile> openRegular(const std::string& path) {
     ::close(fd);
     return invalidArgument("'" + path + "' is not a regular file");
   }
-  return OpenedFile{fd, static_cast<size_t>(st.st_size)};
+  return OpenedFile{fd, static_cast<size_t>(st.st_size), identityOf(st)};
 }
 
 }  // namespace
+
+Result<FileIdentity> statIdentity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return osError("cannot stat", path);
+  return identityOf(st);
+}
 
 Result<std::string> readFile(const std::string& path, size_t max_bytes) {
   LG_ASSIGN_OR_RETURN(OpenedFile file, openRegular(path));
@@ -104,7 +117,7 @@ MappedFile::~MappedFile() {
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
+    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)), identity_(other.identity_) {
   other.data_ = nullptr;
   other.size_ = 0;
 }
@@ -115,6 +128,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = other.data_;
     size_ = other.size_;
     path_ = std::move(other.path_);
+    identity_ = other.identity_;
     other.data_ = nullptr;
     other.size_ = 0;
   }
@@ -128,6 +142,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   MappedFile f;
   f.path_ = path;
   f.size_ = file.size;
+  f.identity_ = file.identity;
   if (f.size_ == 0) return f;  // mmap of length 0 is invalid; an empty map is fine
   void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) return osError("cannot map", path);
@@ -142,6 +157,7 @@ Result<MappedFile> MappedFile::openForStreaming(const std::string& path, bool dr
   MappedFile f;
   f.path_ = path;
   f.size_ = file.size;
+  f.identity_ = file.identity;
   if (f.size_ == 0) return f;
   if (drop_cached) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // advisory; failure is harmless
   // Reserve size + 2 MB of address space, map the file at the first 2 MB

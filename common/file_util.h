@@ -18,6 +18,21 @@ Result<std::string> readFile(const std::string& path, size_t max_bytes = size_t{
 // old or the new content, never a torn file. `mode` applies to the new file.
 Status writeFileAtomic(const std::string& path, std::string_view data, unsigned mode = 0644);
 
+// What tells one version of a file from another without reading it: a file
+// replaced by rename has a new inode, an in-place write a new mtime (and
+// usually size). Taken from the descriptor a map was made from, so it names
+// exactly the bytes mapped.
+struct FileIdentity {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
+// The identity of the file at `path` now (following symlinks, as open does).
+Result<FileIdentity> statIdentity(const std::string& path);
+
 // A read-only, private memory map of a whole file. Move-only; unmaps on destruction.
 class MappedFile {
  public:
@@ -42,11 +57,14 @@ class MappedFile {
   size_t size() const { return size_; }
   std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
   const std::string& path() const { return path_; }
+  // The mapped file's identity when it was opened.
+  const FileIdentity& identity() const { return identity_; }
 
  private:
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string path_;
+  FileIdentity identity_;
 };
 
 }  // namespace lg

@@ -21,7 +21,7 @@ namespace {
 
 using json = nlohmann::json;
 using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, LatentDTypeSetting*,
-                              StoredDTypeSetting*, RestorePolicySetting*>;
+                              StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*>;
 
 // The names of each enum setting, indexed by the enumerator's value: the one
 // list that parsing, validation messages and `config show` use.
@@ -29,11 +29,13 @@ constexpr std::array<std::string_view, 2> kLogFormatNames = {"text", "json"};
 constexpr std::array<std::string_view, 2> kLatentDTypeNames = {"f32", "bf16"};
 constexpr std::array<std::string_view, 4> kStoredDTypeNames = {"pool", "f32", "bf16", "int8"};
 constexpr std::array<std::string_view, 3> kRestorePolicyNames = {"auto", "always", "never"};
+constexpr std::array<std::string_view, 2> kFingerprintNames = {"sampled", "full"};
 
 std::span<const std::string_view> enumNames(LogFormat) { return kLogFormatNames; }
 std::span<const std::string_view> enumNames(LatentDTypeSetting) { return kLatentDTypeNames; }
 std::span<const std::string_view> enumNames(StoredDTypeSetting) { return kStoredDTypeNames; }
 std::span<const std::string_view> enumNames(RestorePolicySetting) { return kRestorePolicyNames; }
+std::span<const std::string_view> enumNames(FingerprintSetting) { return kFingerprintNames; }
 
 struct Field {
   std::string_view path;
@@ -73,6 +75,8 @@ const std::array kFields = {
     LG_FIELD("cache.restore_policy", cache.restore_policy),
     LG_FIELD("cache.in_flight_wait_ms", cache.in_flight_wait_ms),
     LG_FIELD("cache.io_threads", cache.io_threads),
+    LG_FIELD("cache.fingerprint", cache.fingerprint),
+    LG_FIELD("cache.identity_check_seconds", cache.identity_check_seconds),
 };
 #undef LG_FIELD
 
@@ -327,6 +331,10 @@ Status validateConfig(const Config& c) {
   if (c.cache.in_flight_wait_ms < 0) {
     return invalidArgument("cache.in_flight_wait_ms: expected >= 0 (0 = never wait), got " +
                            std::to_string(c.cache.in_flight_wait_ms));
+  }
+  if (c.cache.identity_check_seconds < 1 || c.cache.identity_check_seconds > 3600) {
+    return invalidArgument("cache.identity_check_seconds: expected 1..3600, got " +
+                           std::to_string(c.cache.identity_check_seconds));
   }
   if (c.cache.io_threads < 0 || c.cache.io_threads > 64) {
     return invalidArgument("cache.io_threads: expected 0..64 (0 = one per core, at most 4), got " +

@@ -41,6 +41,9 @@ struct EngineOptions {
 enum class StoredDTypeSetting : uint8_t { kPool, kF32, kBF16, kInt8 };
 // Whether a lookup restores blocks from disk: as the cost model decides, or always, or never.
 enum class RestorePolicySetting : uint8_t { kAuto, kAlways, kNever };
+// How much of the weights the model fingerprint reads: a sample (fast
+// restarts) or every byte (cache/model_fingerprint.h says what each notices).
+enum class FingerprintSetting : uint8_t { kSampled, kFull };
 
 // The prefix cache (cache/, docs/cache.md). Sizes are bytes; in a file or
 // the environment they may carry a binary suffix ("8GiB", "512MiB").
@@ -59,6 +62,8 @@ struct CacheOptions {
   RestorePolicySetting restore_policy = RestorePolicySetting::kAuto;  // auto (cost model), always, never
   int in_flight_wait_ms = 60000;                  // longest wait for blocks another request is computing
   int io_threads = 0;                             // restore threads; 0: one per core, at most 4
+  FingerprintSetting fingerprint = FingerprintSetting::kSampled;  // sampled or full
+  int identity_check_seconds = 10;                // how often the weight files are compared with those loaded
 };
 
 struct Config {

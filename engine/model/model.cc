@@ -61,7 +61,14 @@ class ModelLoader {
 
   Status run(const std::string& dir) {
     m_.dir_ = dir;
-    LG_ASSIGN_OR_RETURN(m_.config_, loadModelConfig(dir));
+    // config.json through a map, so its bytes and its identity come from the
+    // same open file (checkFilesUnchanged compares against that identity).
+    LG_ASSIGN_OR_RETURN(MappedFile config_file, MappedFile::open(dir + "/config.json"));
+    m_.config_text_ = std::string(config_file.view());
+    m_.config_identity_ = config_file.identity();
+    auto config = parseModelConfig(m_.config_text_);
+    if (!config.isOk()) return config.status().withContext(dir);
+    m_.config_ = std::move(config).value();
     LG_RETURN_IF_ERROR(openShards(dir));
     const ModelConfig& c = m_.config_;
     report("validating");
@@ -337,6 +344,23 @@ uint64_t Model::activeWeightBytesPerToken() const {
     if (!l.experts.empty()) total += mlp(l.experts[0]) * static_cast<uint64_t>(c.num_experts_per_tok);
   }
   return total;
+}
+
+Status Model::checkFilesUnchanged() const {
+  auto check = [](const std::string& path, const FileIdentity& loaded) -> Status {
+    auto now = statIdentity(path);
+    if (!now.isOk()) return dataLoss(path + " changed since the model was loaded: " + now.status().message());
+    if (now->device != loaded.device || now->inode != loaded.inode) {
+      return dataLoss(path + " was replaced since the model was loaded");
+    }
+    if (now->size != loaded.size || now->mtime_ns != loaded.mtime_ns) {
+      return dataLoss(path + " was modified in place since the model was loaded");
+    }
+    return Status::ok();
+  };
+  LG_RETURN_IF_ERROR(check(dir_ + "/config.json", config_identity_));
+  for (const SafetensorsFile& shard : shards_) LG_RETURN_IF_ERROR(check(shard.path(), shard.map().identity()));
+  return Status::ok();
 }
 
 }  // namespace lg::engine

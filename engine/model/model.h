@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/status.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
@@ -88,6 +89,18 @@ class Model {
   const WeightView& lmHead() const { return lm_head_; }   // [vocab, hidden]
   const std::vector<float>& finalNorm() const { return final_norm_; }
   const std::string& dir() const { return dir_; }
+  // The bytes of config.json the model was built from, and the weight files
+  // as mapped (their maps and the identities of the files mapped).
+  const std::string& configText() const { return config_text_; }
+  const std::vector<SafetensorsFile>& shards() const { return shards_; }
+
+  // OK while config.json and every weight file are still the files loaded;
+  // DataLoss naming the first one that was replaced (a new inode), modified
+  // in place (size or mtime) or removed. Weights are private maps of the live
+  // files: a file changed in place changes (or, truncated, faults) what the
+  // engine reads, so callers that key data by the loaded weights (the prefix
+  // cache) must stop trusting that identity once this fails.
+  Status checkFilesUnchanged() const;
 
   // Sum of the safetensors files' sizes.
   uint64_t checkpointBytes() const { return checkpoint_bytes_; }
@@ -101,6 +114,8 @@ class Model {
   friend class ModelLoader;
 
   std::string dir_;
+  std::string config_text_;
+  FileIdentity config_identity_;
   ModelConfig config_;
   std::vector<SafetensorsFile> shards_;
   std::vector<std::unique_ptr<std::vector<float>>> scale_storage_;  // stable addresses
