@@ -92,6 +92,9 @@ struct PrefixCacheOptions {
   std::chrono::milliseconds in_flight_wait{60000};  // longest wait for another request's blocks
   int io_threads = 0;  // restore threads; 0: one per core, at most 4 (see prefix_cache.cc)
   CostModelOptions cost;
+  // Why the configured disk tier is missing (DiskTierOpen::error from
+  // openDiskTierOrDegrade): snapshot() then reports DiskState::kDegraded.
+  std::string disk_error;
 };
 
 struct LookupOptions {
@@ -190,7 +193,9 @@ class PrefixCache final : public CacheMetricsSource {
   // Writes every indexed block that is not on disk yet, waits for the writer,
   // saves the cost model and, with flush_files, flushes RocksDB's memtables
   // into its files. For shutdown and `latentgate forward` (write-through at
-  // exit). Unavailable when there is no disk tier.
+  // exit). Unavailable when there is no disk tier, or when blocks failed to
+  // write while it ran (they stay marked as not on disk: a later call or
+  // eviction writes them again).
   Status persistAll(bool flush_files = true);
 
   // Evicts up to max_blocks unpinned blocks (least recently used first),
