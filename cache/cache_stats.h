@@ -14,11 +14,30 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "cache/block_codec.h"
 #include "cache/cost_model.h"
 
 namespace lg::cache {
+
+// The disk tier's state, for /readyz.
+enum class DiskState : uint8_t {
+  kNone,        // no disk tier configured: tier 0 only, on purpose
+  kOk,          // open and writable
+  kUnwritable,  // open, serving reads, but writes fail (disk full, I/O errors): retried with backoff
+  kDegraded,    // configured but could not be opened: tier 0 only (openDiskTierOrDegrade)
+};
+
+inline std::string_view diskStateName(DiskState s) {
+  switch (s) {
+    case DiskState::kNone: return "none";
+    case DiskState::kOk: return "ok";
+    case DiskState::kUnwritable: return "unwritable";
+    case DiskState::kDegraded: return "degraded";
+  }
+  return "unknown";
+}
 
 struct TierStats {
   uint64_t hit_tokens = 0;
@@ -66,6 +85,15 @@ struct CacheStats {
   uint64_t disk_read_errors = 0;  // RocksDB reported corruption or an I/O error
   std::array<uint64_t, kRejectReasonCount> rejected_blocks{};  // by RejectReason: never served
   bool disk_recovered_from_corruption = false;
+
+  // Disk tier health.
+  DiskState disk_state = DiskState::kNone;
+  std::string disk_error;                 // why it is degraded or unwritable (no secrets: paths and errors)
+  uint64_t disk_occupied_bytes = 0;       // gauge: what the store occupies on disk (files, garbage, WAL, set-aside stores)
+  uint64_t disk_write_failures = 0;       // RocksDB writes that failed, and background errors
+  uint64_t disk_refused_writes = 0;       // writes refused while unwritable, between retries
+  uint64_t disk_unwritable_episodes = 0;  // times writing stopped working (each logged once)
+  uint64_t disk_write_recoveries = 0;     // times it worked again
 
   // Restore-or-recompute decisions (one per lookup that found blocks on disk).
   uint64_t decisions_restore = 0;

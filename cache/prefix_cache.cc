@@ -225,7 +225,16 @@ PrefixCache::PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest&
     wo.batch_blocks = options.write_back_batch_blocks;
     wo.stored_dtype = options.stored_dtype;
     wo.secret = options.secret;
-    writer_ = std::make_unique<WriteBack>(*disk_, pool.layout(), model, wo);
+    // Blocks the writer could not store (a full disk, say) are not on disk
+    // after all: eviction or persistAll writes them again.
+    auto on_failed = [this](std::span<const Digest> keys) {
+      std::lock_guard lock(mu_);
+      for (const Digest& key : keys) {
+        auto it = index_.find(key);
+        if (it != index_.end() && it->second.state == State::kReady) it->second.on_disk = false;
+      }
+    };
+    writer_ = std::make_unique<WriteBack>(*disk_, pool.layout(), model, wo, std::move(on_failed));
   }
 }
 
@@ -994,6 +1003,8 @@ Status PrefixCache::persistAll(bool flush_files) {
     std::lock_guard lock(mu_);
     return dataLoss("persistAll: the cache stopped: " + stale_reason_);
   }
+  // Failures of this call only: an old failure must not fail every later one.
+  const uint64_t errors_before = writer_->stats().write_errors;
   std::vector<Victim> pending;
   {
     std::lock_guard lock(mu_);
@@ -1026,9 +1037,15 @@ Status PrefixCache::persistAll(bool flush_files) {
   counters_->write_through.fetch_add(queued, std::memory_order_relaxed);
   writer_->drain();
   saveCostModel();
-  const WriteBackStats ws = writer_->stats();
+  // Counted while this call ran (a concurrent eviction's write-back failing
+  // meanwhile counts too); those blocks are marked as not on disk again.
+  const uint64_t failed = writer_->stats().write_errors - errors_before;
   if (!first_error.isOk()) return first_error.withContext("persistAll: exporting a block");
-  if (ws.write_errors > 0) return unavailable("persistAll: " + std::to_string(ws.write_errors) + " blocks failed to write");
+  if (failed > 0) {
+    std::string why;
+    if (const DiskTierStats d = disk_->stats(); !d.writable) why = ": " + d.write_error;
+    return unavailable("persistAll: " + std::to_string(failed) + " blocks failed to write" + why);
+  }
   return flush_files ? disk_->flush() : Status::ok();
 }
 
@@ -1088,6 +1105,16 @@ CacheStats PrefixCache::snapshot() const {
     s.disk.evicted_blocks = d.evicted_blocks;
     s.disk_read_errors = d.read_errors;
     s.disk_recovered_from_corruption = d.recovered_from_corruption;
+    s.disk_state = d.writable ? DiskState::kOk : DiskState::kUnwritable;
+    s.disk_error = d.write_error;
+    s.disk_occupied_bytes = d.occupied_bytes;
+    s.disk_write_failures = d.write_failures;
+    s.disk_refused_writes = d.refused_writes;
+    s.disk_unwritable_episodes = d.unwritable_episodes;
+    s.disk_write_recoveries = d.write_recoveries;
+  } else if (!options_.disk_error.empty()) {
+    s.disk_state = DiskState::kDegraded;
+    s.disk_error = options_.disk_error;
   }
   return s;
 }

@@ -103,6 +103,9 @@ struct PrefixCacheOptions {
   // Authenticates stored blocks and keys namespace tags (cache_secret.h);
   // required with a disk tier.
   std::shared_ptr<const CacheSecret> secret;
+  // Why the configured disk tier is missing (DiskTierOpen::error from
+  // openDiskTierOrDegrade): snapshot() then reports DiskState::kDegraded.
+  std::string disk_error;
 };
 
 struct LookupOptions {
@@ -213,7 +216,9 @@ class PrefixCache final : public CacheMetricsSource {
   // Writes every indexed block that is not on disk yet, waits for the writer,
   // saves the cost model and, with flush_files, flushes RocksDB's memtables
   // into its files. For shutdown and `latentgate forward` (write-through at
-  // exit). Unavailable when there is no disk tier.
+  // exit). Unavailable when there is no disk tier, or when blocks failed to
+  // write while it ran (they stay marked as not on disk: a later call or
+  // eviction writes them again).
   Status persistAll(bool flush_files = true);
 
   // Evicts up to max_blocks unpinned blocks (least recently used first),

@@ -9,13 +9,14 @@
 namespace lg::cache {
 
 WriteBack::WriteBack(DiskTier& disk, const engine::LatentLayout& layout, const Digest& model,
-                     const WriteBackOptions& options)
+                     const WriteBackOptions& options, WriteFailureCallback on_failed)
     : disk_(disk),
       layout_(layout),
       geometry_{static_cast<uint32_t>(layout.layers), static_cast<uint32_t>(layout.block_tokens),
                 static_cast<uint32_t>(layout.latent_dim)},
       model_(model),
-      options_(options) {
+      options_(options),
+      on_failed_(std::move(on_failed)) {
   // Every stored block is authenticated: a writer without the key is a bug.
   LG_CHECK(options_.secret != nullptr, "WriteBack needs the cache secret");
   thread_ = std::thread([this] { run(); });
@@ -99,11 +100,15 @@ void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
   // Encoding (conversion + checksum) runs here, off the request threads.
   std::vector<std::pair<Digest, std::string>> values;
   values.reserve(batch.size());
+  std::vector<Digest> failed;
   std::vector<float> f32(geometry_.values());
   uint64_t bytes = 0;
   for (WriteBackItem& item : batch) {
     if (item.latents.size() != layout_.blockBytes() || item.ids.size() != geometry_.block_tokens) {
-      errors_.fetch_add(1, std::memory_order_relaxed);  // a caller bug; never store a malformed block
+      // A caller bug; never store a malformed block.
+      cacheLog()->warn("latent write-back: malformed block {} ({} latent bytes, {} ids); not written",
+                       item.key.hex().substr(0, 16), item.latents.size(), item.ids.size());
+      failed.push_back(item.key);
       continue;
     }
     poolToF32(layout_, item.latents, f32);
@@ -116,9 +121,12 @@ void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
     written_.fetch_add(values.size(), std::memory_order_relaxed);
     written_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   } else {
-    errors_.fetch_add(values.size(), std::memory_order_relaxed);
-    cacheLog()->warn("latent write-back of {} blocks failed: {}", values.size(), s.toString());
+    // The disk tier logged the condition once when it began; not per batch.
+    cacheLog()->debug("latent write-back of {} blocks failed: {}", values.size(), s.toString());
+    for (const auto& [key, value] : values) failed.push_back(key);
   }
+  errors_.fetch_add(failed.size(), std::memory_order_relaxed);
+  if (!failed.empty() && on_failed_) on_failed_(failed);
   disk_.enforceLimits();
 }
 

@@ -9,6 +9,12 @@
 // it is needed again). push blocks and is for shutdown paths only
 // (PrefixCache::persistAll).
 //
+// Blocks that could not be written (the disk tier failed or refused the
+// batch, e.g. on a full disk; or a malformed item) are counted and reported
+// to the on_failed callback, so that the prefix cache stops taking them for
+// stored and writes them again later. The disk tier logs a failing disk once
+// per episode; the writer keeps running meanwhile.
+//
 // Thread-safety: all methods may be called concurrently. The destructor
 // writes what is queued, then joins the thread.
 #pragma once
@@ -17,8 +23,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -49,14 +57,20 @@ struct WriteBackStats {
   uint64_t written_blocks = 0;
   uint64_t written_bytes = 0;   // encoded bytes handed to RocksDB
   uint64_t dropped_blocks = 0;  // refused because the queue was full
-  uint64_t write_errors = 0;    // blocks in batches RocksDB failed to write
+  uint64_t write_errors = 0;    // blocks not written: the disk tier failed or refused them, or malformed
 };
+
+// Called on the writer thread, without the writer's lock, with the keys of
+// blocks that were not written.
+using WriteFailureCallback = std::function<void(std::span<const Digest> keys)>;
 
 class WriteBack {
  public:
   // `disk` must outlive this object. `model` is the latent identity written
-  // into every stored header.
-  WriteBack(DiskTier& disk, const engine::LatentLayout& layout, const Digest& model, const WriteBackOptions& options);
+  // into every stored header. `on_failed` (may be empty) hears about blocks
+  // that were not written.
+  WriteBack(DiskTier& disk, const engine::LatentLayout& layout, const Digest& model, const WriteBackOptions& options,
+            WriteFailureCallback on_failed = {});
   ~WriteBack();
   WriteBack(const WriteBack&) = delete;
   WriteBack& operator=(const WriteBack&) = delete;
@@ -85,6 +99,7 @@ class WriteBack {
   const BlockGeometry geometry_;
   const Digest model_;
   const WriteBackOptions options_;
+  const WriteFailureCallback on_failed_;
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // items arrived or stopping

@@ -1,4 +1,6 @@
 // latentgate: one binary, one subcommand per capability (see docs/cli.md).
+#include <sys/stat.h>
+
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -8,6 +10,12 @@
 #include "common/malloc_tuning.h"
 
 int main(int argc, char** argv) {
+  // Everything LatentGate writes is private to its user: the prefix cache's
+  // store (data/kv) holds every team's token ids verbatim, and RocksDB
+  // creates its files 0644. With this umask every file and directory the
+  // process creates is 0600 / 0700 from the start (the disk tier also
+  // tightens its own files, for when it runs inside another program).
+  ::umask(077);
   lg::keepFreedMemoryForReuse();
   CLI::App app{"LatentGate: an OpenAI-compatible prompt-caching gateway for DeepSeek MLA models"};
   app.set_version_flag("--version", "latentgate 0.1.0");

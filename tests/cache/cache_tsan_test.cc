@@ -50,7 +50,9 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
   ScopedTempDir dir;
   DiskTierOptions disk_options;
   disk_options.path = dir.path() + "/kv";
-  disk_options.max_bytes = 64 << 10;  // small: the disk tier evicts too
+  // Small, so that the disk tier evicts too. The cap counts what the store
+  // occupies on disk, RocksDB's own files (~100 KB here) included.
+  disk_options.max_bytes = 512 << 10;
   auto disk = DiskTier::open(disk_options);
   ASSERT_TRUE(disk.isOk()) << disk.status().toString();
   FakeLatentPool pool(smallLayout(kBt), pool_blocks);
@@ -130,13 +132,14 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
   }
   EXPECT_GT(s.write_back_written_blocks, 0u);
   std::printf("lookups %llu, hit tokens tier0 %llu disk %llu, computed %llu, evicted %llu, reclaimed %llu, "
-              "restored %llu, waits %llu, written %llu, dropped %llu\n",
+              "restored %llu, waits %llu, written %llu, dropped %llu, disk evicted %llu\n",
               static_cast<unsigned long long>(s.lookups), static_cast<unsigned long long>(s.tier0.hit_tokens),
               static_cast<unsigned long long>(s.disk.hit_tokens), static_cast<unsigned long long>(s.disk.miss_tokens),
               static_cast<unsigned long long>(s.tier0.evicted_blocks), static_cast<unsigned long long>(s.reclaimed_blocks),
               static_cast<unsigned long long>(s.restored_blocks), static_cast<unsigned long long>(s.in_flight_waits),
               static_cast<unsigned long long>(s.write_back_written_blocks),
-              static_cast<unsigned long long>(s.write_back_dropped_blocks));
+              static_cast<unsigned long long>(s.write_back_dropped_blocks),
+              static_cast<unsigned long long>(s.disk.evicted_blocks));
   created->reset();
   // Every reference was returned: the index's, the requests', the restores'.
   EXPECT_EQ(pool.allocator().numFree(), pool.allocator().capacity());

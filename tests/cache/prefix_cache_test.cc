@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -577,6 +579,47 @@ TEST_F(PrefixCacheTest, PersistAllReleasesEveryBlockWhenAnExportFails) {
   // The failed block is retried by the next persist; TearDown checks that no
   // reference was leaked along the way.
   cache_->writerForTest()->drain();
+}
+
+TEST_F(PrefixCacheTest, UnopenableStoreDegradesToTierZeroOnly) {
+  // A regular file where the store should be.
+  const std::string file = dir_.path() + "/kv-is-a-file";
+  { std::ofstream(file) << "x"; }
+  DiskTierOptions o;
+  o.path = file;
+  DiskTierOpen opened = openDiskTierOrDegrade(o);
+  EXPECT_EQ(opened.tier, nullptr);
+  EXPECT_NE(opened.error.find(file), std::string::npos) << opened.error;
+  EXPECT_EQ(std::filesystem::file_size(file), 1u);  // untouched
+  // RocksDB refusing the store: another tier holds it open (its LOCK).
+  openDisk();
+  o.path = dir_.path() + "/kv";
+  DiskTierOpen locked = openDiskTierOrDegrade(o);
+  EXPECT_EQ(locked.tier, nullptr);
+  EXPECT_NE(locked.error.find("LOCK"), std::string::npos) << locked.error;
+
+  // The cache runs with tier 0 only and says so.
+  PrefixCacheOptions po;
+  po.disk_error = opened.error;
+  make(po, /*with_disk=*/false);
+  EXPECT_EQ(cache_->writerForTest(), nullptr);
+  const auto ids = tokens(4 * kBt + 1, 77);
+  EXPECT_EQ(request("team", ids).cached_tokens, 0);
+  const RequestResult again = request("team", ids);
+  EXPECT_EQ(again.cached_tokens, 4 * kBt);
+  EXPECT_EQ(again.tier0_blocks, 4);
+  const CacheStats s = cache_->snapshot();
+  EXPECT_EQ(s.disk_state, DiskState::kDegraded);
+  EXPECT_EQ(s.disk_error, opened.error);
+  EXPECT_EQ(diskStateName(s.disk_state), "degraded");
+  EXPECT_EQ(cache_->persistAll().code(), StatusCode::kUnavailable);
+
+  // For comparison: no disk tier on purpose, and a healthy one.
+  make({}, /*with_disk=*/false);
+  EXPECT_EQ(cache_->snapshot().disk_state, DiskState::kNone);
+  make({}, /*with_disk=*/true);
+  EXPECT_EQ(cache_->snapshot().disk_state, DiskState::kOk);
+  EXPECT_TRUE(cache_->snapshot().disk_error.empty());
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // never the last token, with logits equal to the earlier run within 1e-5 and
 // the golden within 1e-3; sharing only k blocks reuses exactly k; another
 // namespace or model fingerprint reuses nothing.
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -154,6 +156,33 @@ TEST_F(CacheCliTest, UnusableCacheDirOrSettingsAreUsageErrors) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("cache.stored_dtype"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// Stored blocks hold token ids verbatim: whatever `latentgate` creates for
+// its store is private, even when started with a permissive umask (the
+// process sets 077; the parents of --cache-dir show it, the store's files are
+// also tightened by the disk tier itself).
+TEST_F(CacheCliTest, TheStoreAndTheDirectoriesCreatedForItArePrivate) {
+  const Golden g = loadGolden("tiny-v2");
+  const std::string store = dir_.path() + "/data/cache/kv";
+  const mode_t old = ::umask(022);  // inherited by the child
+  CliRun run = forward(engine::testing::fixtureDir("tiny-v2"), g.ids, {"--cache-dir", store});
+  ::umask(old);
+  ASSERT_FALSE(run.logits.empty());
+  auto mode = [](const fs::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  };
+  EXPECT_EQ(mode(dir_.path() + "/data"), 0700u);
+  EXPECT_EQ(mode(dir_.path() + "/data/cache"), 0700u);
+  EXPECT_EQ(mode(store), 0700u);
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(store)) {
+    EXPECT_EQ(mode(e.path()), e.is_directory() ? 0700u : 0600u) << e.path();
+    ++files;
+  }
+  EXPECT_GT(files, 3);
 }
 
 TEST_F(CacheCliTest, AutoPolicyReportsItsDecision) {
