@@ -66,6 +66,19 @@ int64_t nextStamp() {
 
 rocksdb::Slice slice(const Digest& d) { return {reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size()}; }
 
+// An access record: the block's last access stamp, its stored bytes and its
+// namespace tag (what purge() finds a namespace's blocks by without reading
+// them). Records of 16 bytes, from before namespace tags, read as untagged.
+constexpr size_t kAccessBytes = 32;
+
+std::string accessRecord(int64_t stamp, uint64_t bytes, const NamespaceTag& tag) {
+  std::string r(kAccessBytes, '\0');
+  std::memcpy(r.data(), &stamp, 8);
+  std::memcpy(r.data() + 8, &bytes, 8);
+  std::memcpy(r.data() + 16, tag.data(), tag.size());
+  return r;
+}
+
 Status fromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return Status::ok();
   std::string m = std::string(what) + ": " + s.ToString();
@@ -538,12 +551,13 @@ Status DiskTier::loadAccessTable() {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), access_cf_));
   std::lock_guard lock(mu_);
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    if (it->key().size() != 32 || it->value().size() != 16) continue;
+    if (it->key().size() != 32 || (it->value().size() != 16 && it->value().size() != kAccessBytes)) continue;
     Digest d;
     std::memcpy(d.bytes.data(), it->key().data(), 32);
     Entry e;
     std::memcpy(&e.last_access, it->value().data(), 8);
     std::memcpy(&e.bytes, it->value().data() + 8, 8);
+    if (it->value().size() == kAccessBytes) std::memcpy(e.ns_tag.data(), it->value().data() + 16, e.ns_tag.size());
     entries_[d] = e;
     total_bytes_ += e.bytes;
   }
@@ -653,8 +667,17 @@ void DiskTier::noteWriteSuccess() {
 
 // --- writes -------------------------------------------------------------------------
 
-Status DiskTier::putBatch(std::span<const std::pair<Digest, std::string>> blocks) {
+Status DiskTier::putBatch(std::span<const std::pair<Digest, std::string>> blocks, std::span<const Digest> ns_tags) {
   if (blocks.empty()) return Status::ok();
+  if (!ns_tags.empty() && ns_tags.size() != blocks.size()) {
+    return invalidArgument("putBatch: " + std::to_string(ns_tags.size()) + " namespace tags for " +
+                           std::to_string(blocks.size()) + " blocks");
+  }
+  auto tagOf = [&](size_t i) {
+    NamespaceTag t{};
+    if (!ns_tags.empty()) std::memcpy(t.data(), ns_tags[i].bytes.data(), t.size());
+    return t;
+  };
   std::lock_guard write_lock(write_mu_);
   const WriteGate gate = mayWrite();
   if (gate == WriteGate::kRefused) {
@@ -668,15 +691,12 @@ Status DiskTier::putBatch(std::span<const std::pair<Digest, std::string>> blocks
     std::shared_lock db_lock(db_mu_);
     if (db_ != nullptr) {
       rocksdb::WriteBatch batch;
-      for (const auto& [key, value] : blocks) {
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        const auto& [key, value] = blocks[i];
         const int64_t now = nextStamp();
         stamps.push_back(now);
         batch.Put(blocks_cf_, slice(key), value);
-        char access[16];
-        const uint64_t bytes = value.size();
-        std::memcpy(access, &now, 8);
-        std::memcpy(access + 8, &bytes, 8);
-        batch.Put(access_cf_, slice(key), rocksdb::Slice(access, 16));
+        batch.Put(access_cf_, slice(key), accessRecord(now, value.size(), tagOf(i)));
       }
       rocksdb::WriteOptions wo;
       wo.sync = false;  // losing the newest blocks on a crash is fine; they are recomputed
@@ -691,10 +711,10 @@ Status DiskTier::putBatch(std::span<const std::pair<Digest, std::string>> blocks
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto& [key, value] = blocks[i];
-    auto [it, inserted] = entries_.try_emplace(key, Entry{stamps[i], value.size()});
+    auto [it, inserted] = entries_.try_emplace(key, Entry{stamps[i], value.size(), tagOf(i)});
     if (!inserted) {
       total_bytes_ -= it->second.bytes;
-      it->second = Entry{stamps[i], value.size()};
+      it->second = Entry{stamps[i], value.size(), tagOf(i)};
     }
     total_bytes_ += value.size();
   }
@@ -735,6 +755,41 @@ void DiskTier::remove(const Digest& key) {
   // again (and the byte cap counts it meanwhile, since it measures the disk).
   std::lock_guard lock(mu_);
   eraseLocked(key);
+}
+
+Result<uint64_t> DiskTier::purge(const Digest& ns_tag) {
+  NamespaceTag tag{};
+  std::memcpy(tag.data(), ns_tag.bytes.data(), tag.size());
+  std::lock_guard write_lock(write_mu_);
+  std::shared_lock db_lock(db_mu_);
+  if (db_ == nullptr || !writable()) {
+    std::lock_guard lock(health_mu_);
+    return unavailable("latent store " + options_.path + " is not writable: " + write_error_);
+  }
+  std::vector<std::pair<Digest, uint64_t>> victims;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, e] : entries_) {
+      if (e.ns_tag == tag) victims.emplace_back(key, e.bytes);
+    }
+  }
+  // In batches, so a large namespace does not build one huge WriteBatch.
+  constexpr size_t kBatch = 1024;
+  for (size_t begin = 0; begin < victims.size(); begin += kBatch) {
+    const std::vector<std::pair<Digest, uint64_t>> part(
+        victims.begin() + static_cast<ptrdiff_t>(begin),
+        victims.begin() + static_cast<ptrdiff_t>(std::min(victims.size(), begin + kBatch)));
+    rocksdb::WriteBatch batch;
+    for (const auto& [key, bytes] : part) {
+      batch.Delete(blocks_cf_, slice(key));
+      batch.Delete(access_cf_, slice(key));
+    }
+    if (!writeDeletes(batch, part)) {
+      std::lock_guard lock(health_mu_);
+      return unavailable("purging from latent store " + options_.path + ": " + write_error_);
+    }
+  }
+  return static_cast<uint64_t>(victims.size());
 }
 
 bool DiskTier::contains(const Digest& key) const {
@@ -780,10 +835,7 @@ void DiskTier::enforceLimits() {
     for (const Digest& d : dirty) {
       auto it = entries_.find(d);
       if (it == entries_.end()) continue;
-      char access[16];
-      std::memcpy(access, &it->second.last_access, 8);
-      std::memcpy(access + 8, &it->second.bytes, 8);
-      batch.Put(access_cf_, slice(d), rocksdb::Slice(access, 16));
+      batch.Put(access_cf_, slice(d), accessRecord(it->second.last_access, it->second.bytes, it->second.ns_tag));
     }
     const int64_t ttl = std::chrono::duration_cast<std::chrono::microseconds>(options_.ttl).count();
     if (ttl > 0) {

@@ -55,6 +55,9 @@ class WriteBatch;
 
 namespace lg::cache {
 
+// The first bytes of a namespace's keyed tag (block_codec.h stores the same).
+using NamespaceTag = std::array<uint8_t, 16>;
+
 struct DiskTierOptions {
   std::string path;                      // the RocksDB directory, e.g. data/kv
   // What the store may occupy on disk (see the top of this file). Deleting a
@@ -140,7 +143,14 @@ class DiskTier {
   // Writes blocks in one batch (WAL, not synced). Unavailable when the write
   // failed, or was refused because the store is unwritable and no retry is
   // due yet (see the top of this file); nothing is stored then.
-  Status putBatch(std::span<const std::pair<Digest, std::string>> blocks);
+  // `ns_tags` (empty, or one per block) are the blocks' namespace tags,
+  // kept beside them so that purge() finds a namespace's blocks.
+  Status putBatch(std::span<const std::pair<Digest, std::string>> blocks, std::span<const Digest> ns_tags = {});
+  // Deletes every block stored under the namespace tag `ns_tag` (its first
+  // 16 bytes are compared); returns how many. Unavailable while the store
+  // cannot be written (nothing is forgotten then). The space returns when
+  // RocksDB reclaims it, like any delete's.
+  Result<uint64_t> purge(const Digest& ns_tag);
 
   // Deletes a key (after the caller rejected its value). The key is
   // forgotten even if the delete fails, so it is not offered again.
@@ -173,6 +183,7 @@ class DiskTier {
   struct Entry {
     int64_t last_access = 0;  // access stamp: microseconds since the epoch
     uint64_t bytes = 0;
+    NamespaceTag ns_tag{};    // zero for blocks stored without one
   };
   DiskTier() = default;
   // A closed store's RocksDB instance and handles, to close without db_mu_.

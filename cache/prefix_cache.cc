@@ -968,6 +968,39 @@ void PrefixCache::markStale(const Status& why) {
                     why.message());
 }
 
+Result<PrefixCache::PurgeCounts> PrefixCache::purgeNamespace(const TeamNamespace& team) {
+  return purgeTag(namespaceTag(team.key()));
+}
+
+Result<PrefixCache::PurgeCounts> PrefixCache::purgeNamespace(const SharedNamespace& shared) {
+  return purgeTag(namespaceTag(shared.key()));
+}
+
+Result<PrefixCache::PurgeCounts> PrefixCache::purgeTag(const Digest& tag) {
+  PurgeCounts counts;
+  std::vector<BlockId> release;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = index_.begin(); it != index_.end();) {
+      auto next = std::next(it);
+      if (it->second.state == State::kReady && it->second.ns_tag == tag) {
+        release.push_back(it->second.block);
+        eraseLocked(it);  // no write-back: the point is to forget them
+        ++counts.tier0;
+      }
+      it = next;
+    }
+  }
+  for (BlockId b : release) allocator_.release(b);
+  if (disk_ != nullptr) {
+    // Blocks of the namespace already queued for writing land first, then go.
+    if (writer_ != nullptr) writer_->drain();
+    LG_ASSIGN_OR_RETURN(counts.disk, disk_->purge(tag));
+  }
+  cacheLog()->info("purged a namespace: {} blocks from tier 0, {} from disk", counts.tier0, counts.disk);
+  return counts;
+}
+
 void PrefixCache::grantShared(const SharedNamespace& shared, const TeamNamespace& team) {
   std::lock_guard lock(mu_);
   grants_.emplace(shared.key(), team.key());

@@ -205,6 +205,20 @@ class PrefixCache final : public CacheMetricsSource {
   Status guardIdentity(std::function<Status()> still_valid, std::chrono::milliseconds interval);
   bool stale() const { return stale_.load(std::memory_order_acquire); }
 
+  // An admin action (a team deleted, a shared prompt withdrawn): removes every
+  // block of the namespace from tier 0 and the disk tier at once, including
+  // blocks still queued for writing. Blocks that requests hold stay theirs
+  // until released (they are no longer indexed); blocks published after the
+  // call are not purged (stop the team's requests first). Returns the blocks
+  // removed per tier; Unavailable if the disk tier cannot be written (then
+  // tier 0 is purged and the disk tier is not).
+  struct PurgeCounts {
+    uint64_t tier0 = 0;
+    uint64_t disk = 0;
+  };
+  Result<PurgeCounts> purgeNamespace(const TeamNamespace& team);
+  Result<PurgeCounts> purgeNamespace(const SharedNamespace& shared);
+
   // Admin actions: let `team` read `shared` (idempotent), or stop it.
   void grantShared(const SharedNamespace& shared, const TeamNamespace& team);
   void revokeShared(const SharedNamespace& shared, const TeamNamespace& team);
@@ -303,6 +317,7 @@ class PrefixCache final : public CacheMetricsSource {
   void publish(LeaseState& st, std::span<const engine::BlockId> blocks, int32_t filled_len);
   void saveCostModel();
   Digest namespaceTag(const std::string& ns_key) const;
+  Result<PurgeCounts> purgeTag(const Digest& tag);
   void checkIdentity();
   void markStale(const Status& why);
 

@@ -100,6 +100,7 @@ void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
   // Encoding (conversion + checksum) runs here, off the request threads.
   std::vector<std::pair<Digest, std::string>> values;
   values.reserve(batch.size());
+  std::vector<Digest> tags;  // per value: its namespace tag (DiskTier::purge finds blocks by it)
   std::vector<Digest> failed;
   std::vector<float> f32(geometry_.values());
   uint64_t bytes = 0;
@@ -114,9 +115,10 @@ void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
     poolToF32(layout_, item.latents, f32);
     const BlockIdentity identity{item.key, model_, item.ns_tag, item.ids};
     values.emplace_back(item.key, encodeBlock(geometry_, identity, f32, options_.stored_dtype, *options_.secret));
+    tags.push_back(item.ns_tag);
     bytes += values.back().second.size();
   }
-  Status s = disk_.putBatch(values);
+  Status s = disk_.putBatch(values, tags);
   if (s.isOk()) {
     written_.fetch_add(values.size(), std::memory_order_relaxed);
     written_bytes_.fetch_add(bytes, std::memory_order_relaxed);

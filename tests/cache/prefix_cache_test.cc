@@ -403,6 +403,49 @@ TEST_F(PrefixCacheTest, PublishValidatesItsInput) {
   EXPECT_FALSE(empty.publish(two, 0).isOk());
 }
 
+// --- Purging a team.
+
+TEST_F(PrefixCacheTest, PurgeRemovesATeamsBlocksFromEveryTierAcrossRestarts) {
+  PrefixCacheOptions o;
+  o.write_through_hits = 0;  // everything published is written to disk too
+  make(o, true);
+  const auto a = tokens(4 * kBt + 1, 150), b = tokens(4 * kBt + 1, 151), a2 = tokens(3 * kBt + 1, 152);
+  request("team-a", a);
+  request("team-b", b);
+  cache_->writerForTest()->drain();
+  ASSERT_EQ(disk_->stats().blocks, 8u);
+
+  // A restart: the store's index (with each block's namespace tag) is
+  // rebuilt from disk; team A sends another prompt.
+  cache_.reset();
+  disk_.reset();
+  openDisk();
+  make(o, true);
+  request("team-a", a2);
+  cache_->writerForTest()->drain();
+  ASSERT_EQ(disk_->stats().blocks, 11u);
+
+  auto purged = cache_->purgeNamespace(team("team-a"));
+  ASSERT_TRUE(purged.isOk()) << purged.status().toString();
+  EXPECT_EQ(purged->tier0, 3u);  // a2's blocks, indexed in this process
+  EXPECT_EQ(purged->disk, 7u);   // a's from before the restart and a2's
+  EXPECT_EQ(disk_->stats().blocks, 4u);
+  PrefixCacheOptions restore = o;
+  restore.restore_policy = RestorePolicy::kAlways;
+  make(restore, true);
+  EXPECT_EQ(request("team-a", a).cached_tokens, 0);
+  EXPECT_EQ(request("team-a", a2).cached_tokens, 0);
+  // Team B is untouched, and still there after another restart.
+  cache_.reset();
+  disk_.reset();
+  openDisk();
+  make(restore, true);
+  RequestResult rb = request("team-b", b);
+  EXPECT_EQ(rb.cached_tokens, 4 * kBt);
+  EXPECT_EQ(rb.disk_blocks, 4);
+  EXPECT_EQ(cache_->snapshot().rejectedTotal(), 0u);
+}
+
 // --- Forged and stale blocks.
 
 TEST_F(PrefixCacheTest, BlocksWrittenWithAnotherSecretAreRejectedAsForged) {
