@@ -111,6 +111,7 @@ void runWorkload(int32_t pool_blocks, uint64_t budget_blocks) {
           case 1: (void)cache.snapshot(); break;
           case 2: (void)cache.publishToNamespace(team("team"), shared("shared"), ids); break;
           case 3: cache.observePrefill(0, static_cast<int64_t>(ids.size()), 1e-3, 1e-3); break;
+          case 4: (void)cache.purgeNamespace(team("guest")); break;  // purges race with guest's requests
           default: break;
         }
       }
