@@ -95,7 +95,7 @@ Result<ChatTemplate> ChatTemplate::loadFromDir(const std::string& dir) {
   return result;
 }
 
-Result<PromptText> ChatTemplate::render(const ChatRenderInput& input) const {
+Result<PromptText> ChatTemplate::render(const ChatRenderInput& input, const ChatRenderOptions& options) const {
   using jinja::Value;
   if (input.messages == nullptr || !input.messages->is_array()) {
     return invalidArgument("\"messages\" must be an array");
@@ -136,7 +136,14 @@ Result<PromptText> ChatTemplate::render(const ChatRenderInput& input) const {
         if (!replaced) vars.emplace_back(key, Value::fromJson(*it));
       }
     }
-    LG_ASSIGN_OR_RETURN(jinja::StrRep rendered, jinja::renderTemplate(impl_->ast, vars));
+    jinja::RenderLimits limits;
+    limits.max_output_bytes = options.max_output_bytes;
+    limits.max_copied_bytes = options.max_copied_bytes;
+    limits.max_loop_iterations = options.max_loop_iterations;
+    ChatRenderStats ignored;
+    ChatRenderStats* stats = options.stats != nullptr ? options.stats : &ignored;
+    LG_ASSIGN_OR_RETURN(jinja::StrRep rendered, jinja::renderTemplate(impl_->ast, vars, limits, &stats->copied_bytes,
+                                                                      &stats->loop_iterations));
     PromptText prompt;
     prompt.text = std::move(rendered.text);
     prompt.trusted = std::move(rendered.trusted);

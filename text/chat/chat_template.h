@@ -5,8 +5,11 @@
 //
 // Templates are parsed once at load; a construct outside the supported subset is
 // an Unimplemented error naming it and its line. Rendering never throws and
-// never crashes on hostile messages: type errors, missing fields and runaway
-// loops are InvalidArgument errors.
+// never crashes on hostile messages: type errors and missing fields are
+// InvalidArgument errors; a render that would exceed ChatRenderOptions' bounds
+// on output size, bytes copied or loop iterations is a ResourceExhausted error
+// naming the bound, raised as soon as it would be passed: the write or
+// allocation that would pass it is not made.
 //
 // Trust: text written by the template's own literals and the bos/eos token
 // variables is marked trusted in the PromptText; everything that came from the
@@ -34,6 +37,28 @@ struct ChatRenderInput {
   bool add_generation_prompt = true;
 };
 
+// What a render spent (ChatRenderOptions::stats).
+struct ChatRenderStats {
+  uint64_t copied_bytes = 0;  // charged to max_copied_bytes
+  int64_t loop_iterations = 0;
+};
+
+// Bounds on one render's work and memory (docs/chat-template.md, "Limits").
+// Every string the template builds, and the rendered prompt, is at most
+// max_output_bytes. Every byte a string operation writes (concatenation, `~`,
+// filters, join, slicing, split, replace, tojson, the output itself), every
+// list item allocated (counted as sizeof(Value), 40 bytes) and every byte
+// scanned by a search or comparison is charged to max_copied_bytes. Loop
+// iterations of all loops together are at most max_loop_iterations. A
+// string extended in a loop (`ns.s = ns.s + x`) is appended in place, so it
+// is charged (and costs) the bytes appended, not the whole string each time.
+struct ChatRenderOptions {
+  size_t max_output_bytes = size_t{8} << 20;       // 8 MiB
+  uint64_t max_copied_bytes = uint64_t{64} << 20;  // 64 MiB: 8 x max_output_bytes
+  int64_t max_loop_iterations = 250000;
+  ChatRenderStats* stats = nullptr;  // optional: what the render spent (also when it failed)
+};
+
 class ChatTemplate {
  public:
   ~ChatTemplate();
@@ -50,7 +75,7 @@ class ChatTemplate {
   // string or an AddedToken object).
   static Result<ChatTemplate> loadFromDir(const std::string& dir);
 
-  Result<PromptText> render(const ChatRenderInput& input) const;
+  Result<PromptText> render(const ChatRenderInput& input, const ChatRenderOptions& options = {}) const;
 
  private:
   struct Impl;

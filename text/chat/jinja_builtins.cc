@@ -1,5 +1,6 @@
 #include "text/chat/jinja_builtins.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -107,7 +108,9 @@ Result<std::string_view> requireStr(const Value& v, std::string_view what) {
 Result<size_t> pyLen(const Value& v) {
   switch (v.kind()) {
     case ValueKind::kUndefined: return size_t{0};
-    case ValueKind::kString: return utf8::countCodePoints(v.str());
+    case ValueKind::kString:
+      chargeBytes(v.str().size());
+      return utf8::countCodePoints(v.str());
     case ValueKind::kList: return listSize(v);
     case ValueKind::kDict: return dictSize(v);
     case ValueKind::kLoop: return v.loopData()->items->size();
@@ -136,7 +139,7 @@ Result<Value> filterJoin(const Value& subject, const Value& sep, const std::opti
       }
     }
     LG_RETURN_IF_ERROR(appendPyStr(item, out));
-    if (out.size() > kMaxStringBytes) return invalidArgument("string result longer than 64 MiB");
+    LG_JINJA_RETURN_IF_REFUSED(budgetOk());
   }
   return out.finish();
 }
@@ -167,7 +170,7 @@ Result<Value> filterToJson(const Value& subject, const CallArgs& args) {
   if (a[3]) o.sort_keys = a[3]->truthy();
   StrBuilder out;
   LG_RETURN_IF_ERROR(appendJsonDump(subject, o, out));
-  if (out.size() > kMaxStringBytes) return invalidArgument("string result longer than 64 MiB");
+  LG_JINJA_RETURN_IF_REFUSED(budgetOk());
   return out.finish();
 }
 
@@ -308,6 +311,7 @@ Result<Value> getItem(const Value& obj, const Value& key) {
     case ValueKind::kList:
     case ValueKind::kString: {
       if (key.kind() == ValueKind::kInt || key.kind() == ValueKind::kBool) {
+        if (obj.isString()) chargeBytes(obj.str().size());
         const size_t n = obj.isList() ? listSize(obj) : utf8::countCodePoints(obj.str());
         int64_t i = key.intValue();
         if (i < 0) i += static_cast<int64_t>(n);
@@ -356,6 +360,8 @@ Result<Value> getSlice(const Value& obj, const Value& start, const Value& stop, 
   const int64_t stp = st.value_or(1);
   if (stp == 0) return invalidArgument("slice step cannot be zero");
   const bool is_str = obj.isString();
+  if (is_str) chargeBytes(obj.str().size());  // the code point count and walk below
+  LG_JINJA_RETURN_IF_REFUSED(budgetOk());
   const auto n = static_cast<int64_t>(is_str ? utf8::countCodePoints(obj.str()) : listSize(obj));
   // Python's slice.indices().
   auto clamp = [&](std::optional<int64_t> v, int64_t dflt) {
@@ -371,24 +377,48 @@ Result<Value> getSlice(const Value& obj, const Value& start, const Value& stop, 
   };
   const int64_t lo = clamp(b, stp < 0 ? n - 1 : 0);
   const int64_t hi = clamp(e, stp < 0 ? -1 : n);
-  std::vector<int64_t> picks;
-  for (int64_t i = lo; stp > 0 ? i < hi : i > hi; i += stp) picks.push_back(i);
+  // A step longer than the sequence picks at most its first element: clamping
+  // it keeps the index arithmetic below from overflowing.
+  const int64_t step_abs = std::min<int64_t>(stp == INT64_MIN ? INT64_MAX : (stp < 0 ? -stp : stp), n + 1);
+  const int64_t count = stp > 0 ? (hi > lo ? (hi - lo + step_abs - 1) / step_abs : 0)
+                                : (lo > hi ? (lo - hi + step_abs - 1) / step_abs : 0);
   if (!is_str) {
+    LG_JINJA_RETURN_IF_REFUSED(chargeItems(static_cast<size_t>(count)));
     std::vector<Value> items;
-    items.reserve(picks.size());
-    for (int64_t i : picks) items.push_back(listAt(obj, static_cast<size_t>(i)));
+    items.reserve(static_cast<size_t>(count));
+    for (int64_t k = 0; k < count; ++k) {
+      items.push_back(listAt(obj, static_cast<size_t>(stp > 0 ? lo + k * step_abs : lo - k * step_abs)));
+    }
     return Value::list(std::move(items), obj.isTuple());
   }
+  // Strings: one pass over the code points (already charged as a scan), the
+  // picked ones appended with their trust; no per-code-point tables.
   const std::string_view s = obj.str();
-  std::vector<size_t> offsets;  // byte offset of each code point, plus the end
-  for (size_t p = 0; p < s.size(); utf8::decodeAt(s, p)) offsets.push_back(p);
-  offsets.push_back(s.size());
   StrBuilder out;
+  if (count == 0) return out.finish();
   if (stp == 1) {
-    if (!picks.empty()) out.appendSub(obj, offsets[static_cast<size_t>(picks.front())], offsets[static_cast<size_t>(picks.back()) + 1]);
-  } else {
-    for (int64_t i : picks) out.appendSub(obj, offsets[static_cast<size_t>(i)], offsets[static_cast<size_t>(i) + 1]);
+    const size_t begin = byteOffsetOfCodePoint(s, static_cast<size_t>(lo));
+    const size_t end = begin + byteOffsetOfCodePoint(s.substr(begin), static_cast<size_t>(hi - lo));
+    out.appendSub(obj, begin, end);
+    return out.finish();
   }
+  if (stp > 0) {
+    size_t pos = 0;
+    for (int64_t i = 0; i < hi && pos < s.size(); ++i) {
+      const size_t begin = pos;
+      utf8::decodeAt(s, pos);
+      if (i >= lo && (i - lo) % step_abs == 0) out.appendSub(obj, begin, pos);
+    }
+  } else {
+    size_t end = s.size();
+    for (int64_t i = n - 1; i > hi && end > 0; --i) {
+      size_t begin = end - 1;
+      while (begin > 0 && (static_cast<unsigned char>(s[begin]) & 0xC0) == 0x80) --begin;
+      if (i <= lo && (lo - i) % step_abs == 0) out.appendSub(obj, begin, end);
+      end = begin;
+    }
+  }
+  LG_JINJA_RETURN_IF_REFUSED(budgetOk());
   return out.finish();
 }
 
@@ -455,6 +485,7 @@ Result<Value> applyFilter(FilterId id, const Value& subject, const CallArgs& arg
       LG_RETURN_IF_ERROR(bindArgs("items", args, {}, &a));
       if (subject.isUndefined()) return Value::list({});
       if (!subject.isDict()) return typeError("Can only get item pairs from a mapping.");
+      LG_JINJA_RETURN_IF_REFUSED(chargeItems(3 * dictSize(subject)));
       std::vector<Value> pairs;
       dictForEach(subject, [&](const Value& k, const Value& v) { pairs.push_back(Value::list({k, v}, true)); });
       return Value::list(std::move(pairs));
@@ -513,6 +544,7 @@ Result<Value> applyFilter(FilterId id, const Value& subject, const CallArgs& arg
     case FilterId::kReverse: {
       LG_RETURN_IF_ERROR(bindArgs("reverse", args, {}, &a));
       LG_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(subject));
+      LG_JINJA_RETURN_IF_REFUSED(chargeItems(items.size()));
       if (subject.isString()) {
         StrBuilder out;
         for (auto it = items.rbegin(); it != items.rend(); ++it) out.appendStr(*it);
@@ -582,6 +614,7 @@ Result<bool> applyTest(TestId id, const Value& v, const CallArgs& args) {
       const Value& seq = *a[0];
       if (seq.isString()) {
         if (!v.isString()) return typeError("'in <string>' requires string as left operand");
+        chargeBytes(seq.str().size());
         return seq.str().find(v.str()) != std::string_view::npos;
       }
       if (seq.isDict()) {
@@ -613,6 +646,7 @@ Result<bool> applyTest(TestId id, const Value& v, const CallArgs& args) {
       LG_RETURN_IF_ERROR(bindArgs("lower", args, {}, &a));
       LG_ASSIGN_OR_RETURN(Value s, toStrValue(v));
       const std::string_view text = s.str();
+      chargeBytes(text.size());
       bool cased = false;
       size_t p = 0;
       while (p < text.size()) {

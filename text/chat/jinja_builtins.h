@@ -17,8 +17,8 @@
 
 namespace lg::text::jinja {
 
-// Bounds that keep a render cheap whatever the request holds.
-inline constexpr size_t kMaxStringBytes = size_t{64} << 20;  // any one string, and the output
+// Bounds that keep a render cheap whatever the request holds, besides the
+// per-render RenderLimits (string size, bytes copied, loop iterations).
 inline constexpr int64_t kMaxRange = 100000;                  // Jinja2 sandbox's MAX_RANGE
 inline constexpr size_t kMaxListItems = 1000000;
 

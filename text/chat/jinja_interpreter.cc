@@ -1,6 +1,8 @@
 #include "text/chat/jinja_interpreter.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "text/chat/jinja_builtins.h"
 
@@ -47,17 +49,22 @@ void floatDivmod(double vx, double wx, double* floordiv, double* modulo) {
 Result<Value> repeat(const Value& seq, int64_t n, bool trusted) {
   if (n <= 0) return seq.isString() ? Value::string("", trusted) : Value::list({}, seq.isTuple());
   if (seq.isString()) {
-    if (seq.str().size() * static_cast<uint64_t>(n) > kMaxStringBytes || static_cast<uint64_t>(n) > kMaxStringBytes) {
-      return invalidArgument("string result longer than 64 MiB");
-    }
+    // Refused before anything is built when the result is over a limit.
+    const uint64_t len = seq.str().size();
+    const uint64_t total = len == 0 ? 0 : (static_cast<uint64_t>(n) > UINT64_MAX / len ? UINT64_MAX : len * static_cast<uint64_t>(n));
+    if (RenderBudget* budget = RenderBudget::current()) LG_JINJA_RETURN_IF_REFUSED(budget->precheck(total, total));
     StrBuilder out;
-    for (int64_t i = 0; i < n; ++i) out.appendStr(seq);
+    for (int64_t i = 0; i < n && !seq.str().empty(); ++i) {
+      out.appendStr(seq);
+      LG_JINJA_RETURN_IF_REFUSED(budgetOk());
+    }
     return out.finish();
   }
   const size_t len = listSize(seq);
   if (static_cast<uint64_t>(n) > kMaxListItems || len * static_cast<uint64_t>(n) > kMaxListItems) {
     return invalidArgument("list result longer than " + std::to_string(kMaxListItems) + " items");
   }
+  LG_JINJA_RETURN_IF_REFUSED(chargeItems(len * static_cast<size_t>(n)));
   std::vector<Value> items;
   items.reserve(len * static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -66,7 +73,10 @@ Result<Value> repeat(const Value& seq, int64_t n, bool trusted) {
   return Value::list(std::move(items), seq.isTuple());
 }
 
-Result<Value> binaryOp(BinaryOp op, const Value& a, const Value& b) {
+// `a` is taken by value: when the caller hands over the only reference (a
+// temporary, or a variable's value moved out by a self-append), `a + b`
+// extends a's string or list in place instead of copying it.
+Result<Value> binaryOp(BinaryOp op, Value a, const Value& b) {
   if (a.isUndefined()) return undefinedError(a);
   if (b.isUndefined()) return undefinedError(b);
   const bool trusted = a.trusted() && b.trusted();
@@ -82,17 +92,29 @@ Result<Value> binaryOp(BinaryOp op, const Value& a, const Value& b) {
       }
       if (nums) return Value::floating(a.floatValue() + b.floatValue(), trusted);
       if (a.isString() && b.isString()) {
-        if (a.str().size() + b.str().size() > kMaxStringBytes) return invalidArgument("string result longer than 64 MiB");
-        StrBuilder out;
-        out.appendStr(a);
+        const uint64_t total = static_cast<uint64_t>(a.str().size()) + b.str().size();
+        if (RenderBudget* budget = RenderBudget::current()) {
+          // The bytes this `+` will copy: b, and a too unless it is extended in place.
+          LG_JINJA_RETURN_IF_REFUSED(budget->precheck(total, a.uniqueStr() != nullptr ? b.str().size() : total));
+        }
+        StrBuilder out = StrBuilder::take(std::move(a));
         out.appendStr(b);
+        LG_JINJA_RETURN_IF_REFUSED(budgetOk());
         return out.finish();
       }
       if (a.isList() && b.isList() && a.isTuple() == b.isTuple()) {
-        if (listSize(a) + listSize(b) > kMaxListItems) return invalidArgument("list result too long");
+        const size_t na = listSize(a), nb = listSize(b);
+        if (na + nb > kMaxListItems) return invalidArgument("list result too long");
+        if (ListData* own = a.uniqueList()) {
+          LG_JINJA_RETURN_IF_REFUSED(chargeItems(nb));
+          for (size_t i = 0; i < nb; ++i) own->items.push_back(listAt(b, i));
+          return a;
+        }
+        LG_JINJA_RETURN_IF_REFUSED(chargeItems(na + nb));
         std::vector<Value> items;
-        for (size_t i = 0; i < listSize(a); ++i) items.push_back(listAt(a, i));
-        for (size_t i = 0; i < listSize(b); ++i) items.push_back(listAt(b, i));
+        items.reserve(na + nb);
+        for (size_t i = 0; i < na; ++i) items.push_back(listAt(a, i));
+        for (size_t i = 0; i < nb; ++i) items.push_back(listAt(b, i));
         return Value::list(std::move(items), a.isTuple());
       }
       if (a.isString()) {
@@ -175,7 +197,9 @@ Result<Value> binaryOp(BinaryOp op, const Value& a, const Value& b) {
 
 class Renderer {
  public:
-  Renderer(const TemplateAst& ast, const std::vector<std::pair<std::string, Value>>& variables) : ast_(ast) {
+  Renderer(const TemplateAst& ast, const std::vector<std::pair<std::string, Value>>& variables,
+           const RenderLimits& limits)
+      : ast_(ast), budget_(limits) {
     frames_.emplace_back();
     for (const auto& [name, value] : variables) {
       for (size_t slot = 0; slot < ast.names.size(); ++slot) {
@@ -188,8 +212,11 @@ class Renderer {
     outputs_.emplace_back();
   }
 
+  const RenderBudget& budget() const { return budget_; }
+
   Result<StrRep> run() {
     LG_RETURN_IF_ERROR(execList(ast_.body));
+    if (budget_.exhausted()) return budget_.status();
     return outputs_.back().release();
   }
 
@@ -216,9 +243,9 @@ class Renderer {
     frames_.back().emplace_back(slot, std::move(v));
   }
 
-  Status bindTargets(const Stmt& s, const Value& v) {
+  Status bindTargets(const Stmt& s, Value v) {
     if (!s.unpack) {
-      assign(s.targets.front(), v);
+      assign(s.targets.front(), std::move(v));
       return Status::ok();
     }
     LG_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
@@ -233,9 +260,8 @@ class Renderer {
   }
 
   Status emit(const Value& v) {
-    StrBuilder& out = outputs_.back();
-    LG_RETURN_IF_ERROR(appendPyStr(v, out));
-    if (out.size() > kMaxStringBytes) return invalidArgument("rendered prompt longer than 64 MiB");
+    LG_RETURN_IF_ERROR(appendPyStr(v, outputs_.back()));
+    if (budget_.exhausted()) return budget_.status();
     return Status::ok();
   }
 
@@ -251,9 +277,12 @@ class Renderer {
     switch (s.kind) {
       case StmtKind::kData:
         outputs_.back().append(s.text, true);
-        if (outputs_.back().size() > kMaxStringBytes) return invalidArgument("rendered prompt longer than 64 MiB");
+        if (budget_.exhausted()) return budget_.status();
         return Status::ok();
       case StmtKind::kOutput: {
+        if (s.expr->kind == ExprKind::kBinary && static_cast<BinaryOp>(s.expr->op) == BinaryOp::kAdd) {
+          return emitSum(*s.expr);
+        }
         LG_ASSIGN_OR_RETURN(Value v, eval(*s.expr));
         return emit(v);
       }
@@ -266,16 +295,38 @@ class Renderer {
       case StmtKind::kFor:
         return execFor(s);
       case StmtKind::kSet: {
+        if (!s.unpack && mayAppend(*s.expr)) {
+          if (Value* own = ownSlot(s.targets.front())) {
+            LG_ASSIGN_OR_RETURN(std::optional<Value> appended, selfAppend(*s.expr, own, [&](const Expr& leaf) {
+              return leaf.kind == ExprKind::kName && leaf.slot == s.targets.front();
+            }));
+            if (appended) {
+              assign(s.targets.front(), std::move(*appended));
+              return Status::ok();
+            }
+          }
+        }
         LG_ASSIGN_OR_RETURN(Value v, eval(*s.expr));
-        return bindTargets(s, v);
+        return bindTargets(s, std::move(v));
       }
       case StmtKind::kSetAttr: {
         const Value* target = lookup(s.targets.front());
         if (target == nullptr || target->kind() != ValueKind::kNamespace) {
           return invalidArgument("cannot assign attribute on non-namespace object");
         }
-        LG_ASSIGN_OR_RETURN(Value v, eval(*s.expr));
         NamespaceData* ns = target->namespaceData();
+        if (Value* own = mayAppend(*s.expr) ? ns->find(s.text) : nullptr) {
+          LG_ASSIGN_OR_RETURN(std::optional<Value> appended, selfAppend(*s.expr, own, [&](const Expr& leaf) {
+            return leaf.kind == ExprKind::kGetattr && leaf.name == s.text && leaf.args[0]->kind == ExprKind::kName &&
+                   leaf.args[0]->slot == s.targets.front();
+          }));
+          if (appended) {
+            // Evaluating the operands cannot add or remove attributes, so `own` is still valid.
+            *own = std::move(*appended);
+            return Status::ok();
+          }
+        }
+        LG_ASSIGN_OR_RETURN(Value v, eval(*s.expr));
         if (Value* existing = ns->find(s.text)) {
           *existing = std::move(v);
         } else {
@@ -350,11 +401,136 @@ class Renderer {
     return Status::ok();
   }
 
-  Status countIteration() {
-    if (++iterations_ > kMaxLoopIterations) {
-      return invalidArgument("chat template ran more than " + std::to_string(kMaxLoopIterations) + " loop iterations");
+  // `{{ a + b + ... }}`: while the operands are strings they are written to
+  // the output one after the other instead of being concatenated first (the
+  // same bytes and trust, one copy instead of two). Operands are evaluated
+  // left to right as Jinja2 does; the first operand that is not a string
+  // turns the rest into ordinary `+` operations, so errors are unchanged.
+  Status emitSum(const Expr& e) {
+    constexpr size_t kMaxParts = 8;
+    const Expr* nodes[kMaxParts];  // the `+` nodes, outermost first
+    size_t n = 0;
+    const Expr* leftmost = &e;
+    while (leftmost->kind == ExprKind::kBinary && static_cast<BinaryOp>(leftmost->op) == BinaryOp::kAdd) {
+      if (n == kMaxParts) {
+        LG_ASSIGN_OR_RETURN(Value v, eval(e));
+        return emit(v);
+      }
+      nodes[n++] = leftmost;
+      leftmost = leftmost->args[0].get();
     }
+    Value parts[kMaxParts + 1];
+    size_t k = 0;
+    Value acc;  // once an operand is not a string
+    LG_ASSIGN_OR_RETURN(Value first, eval(*leftmost));
+    bool strings = first.isString();
+    if (strings) {
+      parts[k++] = std::move(first);
+    } else {
+      acc = std::move(first);
+    }
+    for (size_t i = n; i-- > 0;) {
+      const Expr& node = *nodes[i];
+      LG_ASSIGN_OR_RETURN(Value rhs, eval(*node.args[1]));
+      if (strings && rhs.isString()) {
+        parts[k++] = std::move(rhs);
+        continue;
+      }
+      if (strings) {
+        StrBuilder joined = StrBuilder::take(std::move(parts[0]));
+        for (size_t j = 1; j < k; ++j) joined.appendStr(parts[j]);
+        if (budget_.exhausted()) return atLine(budget_.status(), node.line);
+        acc = joined.finish();
+        strings = false;
+      }
+      Result<Value> r = binaryOp(BinaryOp::kAdd, std::move(acc), rhs);
+      if (!r.isOk()) return atLine(r.status(), node.line);
+      acc = std::move(r).value();
+    }
+    if (!strings) return emit(acc);
+    for (size_t j = 0; j < k; ++j) outputs_.back().appendStr(parts[j]);
+    if (budget_.exhausted()) return atLine(budget_.status(), e.line);
     return Status::ok();
+  }
+
+  // A `+` or `~` expression: what selfAppend() may handle.
+  static bool mayAppend(const Expr& e) {
+    return e.kind == ExprKind::kConcat || (e.kind == ExprKind::kBinary && static_cast<BinaryOp>(e.op) == BinaryOp::kAdd);
+  }
+
+  Status countIteration() {
+    if (!budget_.countIteration()) return budget_.status();
+    return Status::ok();
+  }
+
+  // The slot of `slot` in the innermost frame, the one assign() writes: only
+  // there may a self-append take the value out (an outer frame's variable is
+  // shadowed by the assignment, not replaced).
+  Value* ownSlot(int slot) {
+    for (auto it = frames_.back().rbegin(); it != frames_.back().rend(); ++it) {
+      if (it->first == slot) return &it->second;
+    }
+    return nullptr;
+  }
+
+  // `x = x + a + b ...` and `x = x ~ a ~ b ...` (and `ns.x = ns.x + ...`),
+  // where `is_self(leaf)` recognizes the leftmost operand as the assignment's
+  // own target, held in `*own`: the operands are evaluated first, then the
+  // target's value is moved out of its slot, so that when nothing else refers
+  // to it the string (or list) is extended in place: a loop accumulating text
+  // this way costs the bytes appended, not the whole string each time.
+  // Errors are those Jinja2 raises in its left-to-right order (operands have
+  // no side effects, and the target lookup itself cannot fail). Returns
+  // nullopt when the expression does not have that shape.
+  template <typename IsSelf>
+  Result<std::optional<Value>> selfAppend(const Expr& expr, Value* own, IsSelf&& is_self) {
+    const bool concat = expr.kind == ExprKind::kConcat;
+    std::vector<const Expr*> chain;  // concat: the node; add: the `+` nodes, innermost first
+    std::vector<const Expr*> operands;
+    if (concat) {
+      if (expr.args.size() < 2 || !is_self(*expr.args[0])) return std::optional<Value>();
+      for (size_t i = 1; i < expr.args.size(); ++i) operands.push_back(expr.args[i].get());
+    } else {
+      const Expr* e = &expr;
+      while (e->kind == ExprKind::kBinary && static_cast<BinaryOp>(e->op) == BinaryOp::kAdd) {
+        chain.push_back(e);
+        e = e->args[0].get();
+      }
+      if (chain.empty() || !is_self(*e)) return std::optional<Value>();
+      std::reverse(chain.begin(), chain.end());
+      for (const Expr* node : chain) operands.push_back(node->args[1].get());
+    }
+    // Only strings and lists gain from this; anything else takes the plain path.
+    if (!own->isString() && !(own->isList() && !concat)) return std::optional<Value>();
+    std::vector<Value> values;
+    Status pending;
+    for (const Expr* operand : operands) {
+      Result<Value> v = eval(*operand);
+      if (!v.isOk()) {
+        pending = v.status();
+        break;
+      }
+      values.push_back(std::move(v).value());
+    }
+    Value acc = std::move(*own);
+    *own = Value();
+    if (concat) {
+      StrBuilder out = StrBuilder::take(std::move(acc));
+      for (const Value& v : values) {
+        Status st = appendPyStr(v, out);
+        if (st.isOk() && budget_.exhausted()) st = budget_.status();
+        if (!st.isOk()) return atLine(st, expr.line);
+      }
+      if (!pending.isOk()) return pending;
+      return std::optional<Value>(out.finish());
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      Result<Value> r = binaryOp(BinaryOp::kAdd, std::move(acc), values[i]);
+      if (!r.isOk()) return atLine(r.status(), chain[i]->line);
+      acc = std::move(r).value();
+    }
+    if (!pending.isOk()) return pending;
+    return std::optional<Value>(std::move(acc));
   }
 
   Result<CallArgs> evalArgs(const Expr& e, size_t first) {
@@ -400,6 +576,8 @@ class Renderer {
   Result<Value> eval(const Expr& e) {
     Result<Value> r = evalInner(e);
     if (!r.isOk()) return atLine(r.status(), e.line);
+    // A refused write leaves a truncated value behind: never let it be used.
+    if (budget_.exhausted()) return budget_.status();
     return r;
   }
 
@@ -486,15 +664,20 @@ class Renderer {
       }
       case ExprKind::kConcat: {
         StrBuilder out;
-        for (const auto& arg : e.args) {
-          LG_ASSIGN_OR_RETURN(Value v, eval(*arg));
-          LG_RETURN_IF_ERROR(appendPyStr(v, out));
-          if (out.size() > kMaxStringBytes) return invalidArgument("string result longer than 64 MiB");
+        for (size_t i = 0; i < e.args.size(); ++i) {
+          LG_ASSIGN_OR_RETURN(Value v, eval(*e.args[i]));
+          if (i == 0 && v.isString()) {
+            out = StrBuilder::take(std::move(v));  // in place when a temporary
+          } else {
+            LG_RETURN_IF_ERROR(appendPyStr(v, out));
+          }
+          if (budget_.exhausted()) return budget_.status();
         }
         return out.finish();
       }
       case ExprKind::kList:
       case ExprKind::kTuple: {
+        LG_JINJA_RETURN_IF_REFUSED(chargeItems(e.args.size()));
         std::vector<Value> items;
         items.reserve(e.args.size());
         for (const auto& arg : e.args) {
@@ -504,6 +687,7 @@ class Renderer {
         return Value::list(std::move(items), e.kind == ExprKind::kTuple);
       }
       case ExprKind::kDict: {
+        LG_JINJA_RETURN_IF_REFUSED(chargeItems(e.args.size()));
         std::vector<std::pair<Value, Value>> items;
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           LG_ASSIGN_OR_RETURN(Value k, eval(*e.args[i]));
@@ -516,7 +700,7 @@ class Renderer {
       case ExprKind::kBinary: {
         LG_ASSIGN_OR_RETURN(Value a, eval(*e.args[0]));
         LG_ASSIGN_OR_RETURN(Value b, eval(*e.args[1]));
-        return binaryOp(static_cast<BinaryOp>(e.op), a, b);
+        return binaryOp(static_cast<BinaryOp>(e.op), std::move(a), b);
       }
       case ExprKind::kCompare: {
         LG_ASSIGN_OR_RETURN(Value left, eval(*e.args[0]));
@@ -533,18 +717,22 @@ class Renderer {
   }
 
   const TemplateAst& ast_;
+  RenderBudget budget_;  // installed on this thread while the renderer lives
   std::vector<Frame> frames_;
   std::vector<StrBuilder> outputs_;
   int loop_slot_ = -1;
-  int64_t iterations_ = 0;
   Flow flow_ = Flow::kNormal;
 };
 
 }  // namespace
 
-Result<StrRep> renderTemplate(const TemplateAst& ast, const std::vector<std::pair<std::string, Value>>& variables) {
-  Renderer renderer(ast, variables);
-  return renderer.run();
+Result<StrRep> renderTemplate(const TemplateAst& ast, const std::vector<std::pair<std::string, Value>>& variables,
+                              const RenderLimits& limits, uint64_t* copied, int64_t* iterations) {
+  Renderer renderer(ast, variables, limits);
+  Result<StrRep> out = renderer.run();
+  if (copied != nullptr) *copied = renderer.budget().copied();
+  if (iterations != nullptr) *iterations = renderer.budget().iterations();
+  return out;
 }
 
 }  // namespace lg::text::jinja

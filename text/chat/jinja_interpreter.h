@@ -15,11 +15,12 @@
 
 namespace lg::text::jinja {
 
-// Total for-loop iterations one render may run (all loops together).
-inline constexpr int64_t kMaxLoopIterations = 250000;
-
-// Renders `ast` with the given top-level variables. The result's trusted
-// ranges cover the bytes that came from trusted strings.
-Result<StrRep> renderTemplate(const TemplateAst& ast, const std::vector<std::pair<std::string, Value>>& variables);
+// Renders `ast` with the given top-level variables under `limits` (a
+// RenderBudget is installed on the calling thread for the duration). The
+// result's trusted ranges cover the bytes that came from trusted strings.
+// `copied` and `iterations`, when given, receive what the render spent.
+Result<StrRep> renderTemplate(const TemplateAst& ast, const std::vector<std::pair<std::string, Value>>& variables,
+                              const RenderLimits& limits = {}, uint64_t* copied = nullptr,
+                              int64_t* iterations = nullptr);
 
 }  // namespace lg::text::jinja

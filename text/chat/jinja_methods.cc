@@ -76,7 +76,9 @@ Result<Value> callRange(const CallArgs& args) {
   if (len > static_cast<long double>(kMaxRange)) {
     return invalidArgument("range too big, maximum size for range is " + std::to_string(kMaxRange));
   }
+  LG_JINJA_RETURN_IF_REFUSED(chargeItems(static_cast<size_t>(std::max<long double>(len, 0))));
   std::vector<Value> items;
+  items.reserve(static_cast<size_t>(std::max<long double>(len, 0)));
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::integer(i, true));
   return Value::range(std::move(items), start, stop, step);
 }
@@ -99,6 +101,7 @@ Result<Value> callBuiltin(const CallableData& fn, const CallArgs& args) {
       if (args.positional.size() == 1) {
         const Value& init = args.positional[0];
         if (!init.isDict()) return invalidArgument("namespace() argument must be a mapping");
+        LG_JINJA_RETURN_IF_REFUSED(chargeItems(dictSize(init)));
         dictForEach(init, [&](const Value& k, const Value& v) { set(std::string(k.str()), v); });
       }
       for (const auto& [k, v] : args.keyword) set(k, v);
@@ -185,6 +188,7 @@ Result<Value> callBuiltin(const CallableData& fn, const CallArgs& args) {
       LG_RETURN_IF_ERROR(arity(fn.id == Builtin::kStrFind ? "find" : "count", args, 1, 1));
       if (!args.positional[0].isString()) return invalidArgument("must be str, not " + std::string(args.positional[0].typeName()));
       const std::string_view sub = args.positional[0].str();
+      chargeBytes(self.str().size());
       return Value::integer(fn.id == Builtin::kStrFind ? pyFind(self.str(), sub) : pyCount(self.str(), sub),
                             allBytesTrusted(self));
     }
@@ -199,7 +203,7 @@ Result<Value> callBuiltin(const CallableData& fn, const CallArgs& args) {
         }
         if (i > 0) out.appendStr(self);
         out.appendStr(items[i]);
-        if (out.size() > kMaxStringBytes) return invalidArgument("string result longer than 64 MiB");
+        LG_JINJA_RETURN_IF_REFUSED(budgetOk());
       }
       return out.finish();
     }
@@ -213,6 +217,7 @@ Result<Value> callBuiltin(const CallableData& fn, const CallArgs& args) {
     case Builtin::kDictKeys:
     case Builtin::kDictValues: {
       LG_RETURN_IF_ERROR(arity("items", args, 0, 0));
+      LG_JINJA_RETURN_IF_REFUSED(chargeItems((fn.id == Builtin::kDictItems ? 3 : 1) * dictSize(self)));
       std::vector<Value> out;
       dictForEach(self, [&](const Value& k, const Value& v) {
         if (fn.id == Builtin::kDictItems) {

@@ -23,8 +23,6 @@ size_t prevCodePointStart(std::string_view s, size_t end) {
   return b;
 }
 
-Status tooLong() { return invalidArgument("string result longer than 64 MiB"); }
-
 }  // namespace
 
 size_t byteOffsetOfCodePoint(std::string_view s, size_t i) {
@@ -64,6 +62,15 @@ Result<Value> pySplit(const Value& s, std::optional<std::string_view> sep, int64
   const std::string_view text = s.str();
   if (sep && sep->empty()) return invalidArgument("empty separator");
   std::vector<std::pair<size_t, size_t>> pieces;  // byte ranges, in text order
+  // The scan, and each piece's range and Value, are charged as they come; a
+  // refused piece is not stored (the loop runs on without allocating).
+  chargeBytes(text.size());
+  RenderBudget* budget = RenderBudget::current();
+  auto add = [&](size_t b, size_t e) {
+    if (budget == nullptr || budget->admitBytes(sizeof(std::pair<size_t, size_t>) + sizeof(Value))) {
+      pieces.emplace_back(b, e);
+    }
+  };
   auto isWs = [&](size_t pos, size_t* next) {
     size_t p = pos;
     const bool ws = isPyWhitespace(utf8::decodeAt(text, p));
@@ -78,12 +85,12 @@ Result<Value> pySplit(const Value& s, std::optional<std::string_view> sep, int64
         while (pos < text.size() && isWs(pos, &next)) pos = next;
         if (pos >= text.size()) break;
         if (maxsplit >= 0 && splits >= maxsplit) {
-          pieces.emplace_back(pos, text.size());  // the rest, trailing whitespace kept
+          add(pos, text.size());  // the rest, trailing whitespace kept
           break;
         }
         const size_t start = pos;
         while (pos < text.size() && !isWs(pos, &next)) pos = next;
-        pieces.emplace_back(start, pos);
+        add(start, pos);
         ++splits;
       }
     } else {
@@ -93,12 +100,12 @@ Result<Value> pySplit(const Value& s, std::optional<std::string_view> sep, int64
         while (end > 0 && isWs(prevCodePointStart(text, end), &next)) end = prevCodePointStart(text, end);
         if (end == 0) break;
         if (maxsplit >= 0 && splits >= maxsplit) {
-          pieces.emplace_back(0, end);
+          add(0, end);
           break;
         }
         size_t start = end;
         while (start > 0 && !isWs(prevCodePointStart(text, start), &next)) start = prevCodePointStart(text, start);
-        pieces.emplace_back(start, end);
+        add(start, end);
         end = start;
         ++splits;
       }
@@ -110,10 +117,10 @@ Result<Value> pySplit(const Value& s, std::optional<std::string_view> sep, int64
     while (true) {
       const size_t hit = (maxsplit >= 0 && splits >= maxsplit) ? std::string_view::npos : text.find(*sep, pos);
       if (hit == std::string_view::npos) {
-        pieces.emplace_back(pos, text.size());
+        add(pos, text.size());
         break;
       }
-      pieces.emplace_back(pos, hit);
+      add(pos, hit);
       pos = hit + sep->size();
       ++splits;
     }
@@ -124,15 +131,16 @@ Result<Value> pySplit(const Value& s, std::optional<std::string_view> sep, int64
       size_t hit = std::string_view::npos;
       if (!(maxsplit >= 0 && splits >= maxsplit) && end >= sep->size()) hit = text.rfind(*sep, end - sep->size());
       if (hit == std::string_view::npos) {
-        pieces.emplace_back(0, end);
+        add(0, end);
         break;
       }
-      pieces.emplace_back(hit + sep->size(), end);
+      add(hit + sep->size(), end);
       end = hit;
       ++splits;
     }
     std::reverse(pieces.begin(), pieces.end());
   }
+  LG_JINJA_RETURN_IF_REFUSED(budgetOk());
   std::vector<Value> items;
   items.reserve(pieces.size());
   for (const auto& [b, e] : pieces) {
@@ -147,7 +155,6 @@ Result<Value> pyReplace(const Value& s, const Value& old_value, const Value& new
   const std::string_view text = s.str(), old_text = old_value.str();
   StrBuilder out;
   int64_t done = 0;
-  auto budget_ok = [&] { return out.size() <= kMaxStringBytes; };
   if (old_text.empty()) {
     // Python inserts `new` before every character and at the end.
     size_t pos = 0;
@@ -156,7 +163,7 @@ Result<Value> pyReplace(const Value& s, const Value& old_value, const Value& new
         out.appendStr(new_value);
         ++done;
       }
-      if (!budget_ok()) return tooLong();
+      LG_JINJA_RETURN_IF_REFUSED(budgetOk());
       if (pos >= text.size()) break;
       const size_t start = pos;
       utf8::decodeAt(text, pos);
@@ -170,7 +177,7 @@ Result<Value> pyReplace(const Value& s, const Value& old_value, const Value& new
     if (hit == std::string_view::npos) break;
     out.appendSub(s, pos, hit);
     out.appendStr(new_value);
-    if (!budget_ok()) return tooLong();
+    LG_JINJA_RETURN_IF_REFUSED(budgetOk());
     pos = hit + old_text.size();
     ++done;
   }

@@ -20,7 +20,97 @@ const std::string& emptyString() {
 
 Status tooDeep() { return invalidArgument("value nested deeper than " + std::to_string(kMaxValueDepth) + " levels"); }
 
+// The longest string the installed budget allows (no limit without one).
+size_t maxStringBytes() {
+  const RenderBudget* b = detail::t_render_budget;
+  return b != nullptr ? b->limits().max_output_bytes : SIZE_MAX;
+}
+
 }  // namespace
+
+namespace detail {
+thread_local RenderBudget* t_render_budget = nullptr;
+}  // namespace detail
+
+// ---- Render budget -----------------------------------------------------------------
+
+RenderBudget::RenderBudget(const RenderLimits& limits)
+    : limits_(limits),
+      previous_(detail::t_render_budget),
+      string_room_(limits.max_output_bytes),
+      copy_room_(limits.max_copied_bytes) {
+  detail::t_render_budget = this;
+}
+
+RenderBudget::~RenderBudget() { detail::t_render_budget = previous_; }
+
+Status RenderBudget::stringTooLong(uint64_t size) const {
+  return resourceExhausted("chat template render exceeded max_output_bytes: a string of " + std::to_string(size) +
+                           " bytes is over the limit of " + std::to_string(limits_.max_output_bytes));
+}
+
+Status RenderBudget::copiedTooMuch(uint64_t total) const {
+  return resourceExhausted("chat template render exceeded max_copied_bytes: its string and list operations would copy, "
+                           "allocate or scan " + std::to_string(total) + " bytes, over the limit of " +
+                           std::to_string(limits_.max_copied_bytes));
+}
+
+void RenderBudget::fail(Status error) {
+  if (!error_.isOk()) return;
+  error_ = std::move(error);
+  string_room_ = 0;
+  copy_room_ = copied_;
+}
+
+bool RenderBudget::admitStringSlow(size_t size, size_t add, size_t extra) {
+  if (!error_.isOk()) return false;
+  if (add > limits_.max_output_bytes || size > limits_.max_output_bytes - add) {
+    fail(stringTooLong(static_cast<uint64_t>(size) + add));
+    return false;
+  }
+  return admitBytes(static_cast<uint64_t>(add) + extra);
+}
+
+bool RenderBudget::admitBytesSlow(uint64_t bytes) {
+  if (!error_.isOk()) return false;
+  fail(copiedTooMuch(copied_ + std::min<uint64_t>(bytes, UINT64_MAX - copied_)));
+  return false;
+}
+
+bool RenderBudget::precheck(uint64_t size, uint64_t copy) {
+  if (!error_.isOk()) return false;
+  if (size > limits_.max_output_bytes) {
+    fail(stringTooLong(size));
+    return false;
+  }
+  if (copy > copy_room_ - copied_) {
+    fail(copiedTooMuch(copied_ + std::min<uint64_t>(copy, UINT64_MAX - copied_)));
+    return false;
+  }
+  return true;
+}
+
+bool RenderBudget::countIteration() {
+  if (!error_.isOk()) return false;
+  if (++iterations_ > limits_.max_loop_iterations) {
+    fail(resourceExhausted("chat template render exceeded max_loop_iterations: more than " +
+                           std::to_string(limits_.max_loop_iterations) + " loop iterations"));
+    return false;
+  }
+  return true;
+}
+
+Status budgetStatus() {
+  const RenderBudget* b = detail::t_render_budget;
+  return b != nullptr ? b->status() : Status::ok();
+}
+
+bool chargeItems(size_t n) {
+  RenderBudget* b = detail::t_render_budget;
+  if (b == nullptr || n == 0) return true;
+  if (n > UINT64_MAX / sizeof(Value)) return b->precheck(0, UINT64_MAX);
+  return b->admitBytes(static_cast<uint64_t>(n) * sizeof(Value));
+}
 
 // ---- Construction ---------------------------------------------------------------
 
@@ -181,12 +271,6 @@ bool Value::isTuple() const {
   return kind_ == ValueKind::kList && json_ == nullptr && static_cast<const ListData*>(ptr_.get())->is_tuple;
 }
 
-std::string_view Value::str() const {
-  if (kind_ != ValueKind::kString) return {};
-  if (json_ != nullptr) return json_->get_ref<const std::string&>();
-  return static_cast<const StrRep*>(ptr_.get())->text;
-}
-
 const std::vector<ByteRange>* Value::strTrusted() const {
   if (kind_ != ValueKind::kString || json_ != nullptr) return nullptr;
   const auto* rep = static_cast<const StrRep*>(ptr_.get());
@@ -212,6 +296,17 @@ const CallableData* Value::callableData() const {
 }
 LoopData* Value::loopData() const {
   return kind_ == ValueKind::kLoop ? static_cast<LoopData*>(ptr_.get()) : nullptr;
+}
+
+StrRep* Value::uniqueStr() {
+  if (kind_ != ValueKind::kString || json_ != nullptr || ptr_.use_count() != 1) return nullptr;
+  return static_cast<StrRep*>(ptr_.get());
+}
+
+ListData* Value::uniqueList() {
+  if (kind_ != ValueKind::kList || json_ != nullptr || ptr_.use_count() != 1) return nullptr;
+  auto* data = static_cast<ListData*>(ptr_.get());
+  return data->range ? nullptr : data;
 }
 
 bool Value::truthy() const {
@@ -325,16 +420,19 @@ Result<std::vector<Value>> iterate(const Value& v) {
       return out;
     case ValueKind::kList: {
       const size_t n = listSize(v);
+      LG_JINJA_RETURN_IF_REFUSED(chargeItems(n));
       out.reserve(n);
       for (size_t i = 0; i < n; ++i) out.push_back(listAt(v, i));
       return out;
     }
     case ValueKind::kDict:
+      LG_JINJA_RETURN_IF_REFUSED(chargeItems(dictSize(v)));
       out.reserve(dictSize(v));
       dictForEach(v, [&](const Value& k, const Value&) { out.push_back(k); });
       return out;
     case ValueKind::kString: {
       const std::string_view s = v.str();
+      LG_JINJA_RETURN_IF_REFUSED(chargeItems(utf8::countCodePoints(s)));
       size_t pos = 0;
       while (pos < s.size()) {
         const size_t begin = pos;
@@ -352,12 +450,27 @@ Result<std::vector<Value>> iterate(const Value& v) {
 
 // ---- Strings with trust ------------------------------------------------------------
 
+StrBuilder StrBuilder::take(Value&& s) {
+  StrBuilder out;
+  if (StrRep* rep = s.uniqueStr()) {
+    out.rep_ = std::move(*rep);  // sole owner: continue its buffer, no copy
+  } else {
+    out.appendStr(s);
+  }
+  s = Value();
+  return out;
+}
+
 void StrBuilder::append(std::string_view s, bool trusted) {
   if (s.empty()) return;
   const size_t begin = rep_.text.size();
+  const bool extends = !rep_.trusted.empty() && rep_.trusted.back().end == begin;
+  if (RenderBudget* budget = detail::t_render_budget) {
+    if (!budget->admitString(begin, s.size(), trusted && !extends ? sizeof(ByteRange) : 0)) return;
+  }
   rep_.text.append(s);
   if (!trusted) return;
-  if (!rep_.trusted.empty() && rep_.trusted.back().end == begin) {
+  if (extends) {
     rep_.trusted.back().end = rep_.text.size();
   } else {
     rep_.trusted.push_back({begin, rep_.text.size()});
@@ -493,13 +606,16 @@ void appendHexEscape(std::string& out, char32_t cp) {
 }
 
 // Python repr(str): the quoted, escaped text. Trust is decided by the caller.
+// Escapes make it up to 4 times longer than `s`: it stops once longer than
+// the budget's string limit (the append that follows then refuses it).
 std::string pyStrRepr(std::string_view s) {
+  const size_t max_bytes = maxStringBytes();
   const bool has_single = s.find('\'') != std::string_view::npos;
   const bool has_double = s.find('"') != std::string_view::npos;
   const char quote = has_single && !has_double ? '"' : '\'';
   std::string out(1, quote);
   size_t pos = 0;
-  while (pos < s.size()) {
+  while (pos < s.size() && out.size() <= max_bytes) {
     const size_t begin = pos;
     const char32_t cp = utf8::decodeAt(s, pos);
     if (cp == static_cast<char32_t>(quote) || cp == '\\') {
@@ -627,10 +743,11 @@ Status appendPyRepr(const Value& v, StrBuilder& out, int depth) {
 
 namespace {
 
-void appendJsonString(std::string& out, std::string_view s, bool ensure_ascii) {
+// Stops early once `out` is longer than `limit` (the caller then fails).
+void appendJsonString(std::string& out, std::string_view s, bool ensure_ascii, size_t limit) {
   out += '"';
   size_t pos = 0;
-  while (pos < s.size()) {
+  while (pos < s.size() && out.size() <= limit) {
     const size_t begin = pos;
     const char32_t cp = utf8::decodeAt(s, pos);
     switch (cp) {
@@ -660,12 +777,18 @@ void appendJsonString(std::string& out, std::string_view s, bool ensure_ascii) {
   out += '"';
 }
 
-Status dumpJson(const Value& v, const JsonDumpOptions& o, int depth, std::string& out) {
+// `limit`: the longest string the render allows; the dump is refused as soon
+// as it grows past it, before the budget sees it (it is charged when appended).
+Status dumpJson(const Value& v, const JsonDumpOptions& o, int depth, size_t limit, std::string& out) {
   if (depth > kMaxValueDepth) return tooDeep();
+  if (out.size() > limit) {
+    return resourceExhausted("chat template render exceeded max_output_bytes: tojson output over the limit of " +
+                             std::to_string(limit) + " bytes");
+  }
   auto newline = [&](int level) {
     if (!o.has_indent) return;
     out += '\n';
-    for (int i = 0; i < level; ++i) out += o.indent;
+    for (int i = 0; i < level && out.size() <= limit; ++i) out += o.indent;
   };
   switch (v.kind()) {
     case ValueKind::kNone:
@@ -689,7 +812,7 @@ Status dumpJson(const Value& v, const JsonDumpOptions& o, int depth, std::string
       return Status::ok();
     }
     case ValueKind::kString:
-      appendJsonString(out, v.str(), o.ensure_ascii);
+      appendJsonString(out, v.str(), o.ensure_ascii, limit);
       return Status::ok();
     case ValueKind::kList: {
       const size_t n = listSize(v);
@@ -701,7 +824,7 @@ Status dumpJson(const Value& v, const JsonDumpOptions& o, int depth, std::string
       for (size_t i = 0; i < n; ++i) {
         if (i > 0) out += o.item_separator;
         newline(depth + 1);
-        LG_RETURN_IF_ERROR(dumpJson(listAt(v, i), o, depth + 1, out));
+        LG_RETURN_IF_ERROR(dumpJson(listAt(v, i), o, depth + 1, limit, out));
       }
       newline(depth);
       out += ']';
@@ -722,9 +845,9 @@ Status dumpJson(const Value& v, const JsonDumpOptions& o, int depth, std::string
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) out += o.item_separator;
         newline(depth + 1);
-        appendJsonString(out, items[i].first.str(), o.ensure_ascii);
+        appendJsonString(out, items[i].first.str(), o.ensure_ascii, limit);
         out += o.key_separator;
-        LG_RETURN_IF_ERROR(dumpJson(items[i].second, o, depth + 1, out));
+        LG_RETURN_IF_ERROR(dumpJson(items[i].second, o, depth + 1, limit, out));
       }
       newline(depth);
       out += '}';
@@ -739,8 +862,14 @@ Status dumpJson(const Value& v, const JsonDumpOptions& o, int depth, std::string
 
 Status appendJsonDump(const Value& v, const JsonDumpOptions& options, StrBuilder& out) {
   std::string text;
-  LG_RETURN_IF_ERROR(dumpJson(v, options, 0, text));
+  const size_t limit = maxStringBytes();
+  LG_RETURN_IF_ERROR(dumpJson(v, options, 0, limit, text));
+  if (text.size() > limit) {
+    return resourceExhausted("chat template render exceeded max_output_bytes: tojson output over the limit of " +
+                             std::to_string(limit) + " bytes");
+  }
   out.append(text, deepTrusted(v));
+  LG_JINJA_RETURN_IF_REFUSED(budgetOk());
   return Status::ok();
 }
 
@@ -789,6 +918,8 @@ bool pyEquals(const Value& a, const Value& b, int depth) {
     case ValueKind::kNone:
       return true;
     case ValueKind::kString:
+      if (a.str().size() != b.str().size()) return false;
+      chargeBytes(a.str().size());
       return a.str() == b.str();
     case ValueKind::kList: {
       if (a.isTuple() != b.isTuple()) return false;
@@ -821,7 +952,10 @@ bool pyEquals(const Value& a, const Value& b, int depth) {
 Result<bool> pyLess(const Value& a, const Value& b, int depth) {
   if (depth > kMaxValueDepth) return tooDeep();
   if (a.isNumber() && b.isNumber()) return compareNumbers(a, b) == -1;
-  if (a.isString() && b.isString()) return a.str() < b.str();
+  if (a.isString() && b.isString()) {
+    chargeBytes(std::min(a.str().size(), b.str().size()));
+    return a.str() < b.str();
+  }
   if (a.isList() && b.isList() && a.isTuple() == b.isTuple()) {
     const size_t n = std::min(listSize(a), listSize(b));
     for (size_t i = 0; i < n; ++i) {

@@ -11,6 +11,12 @@
 // Trust: every string carries the byte ranges that came from the template
 // itself (or the bos/eos variables); scalars carry one trusted bit. Operations
 // derive the trust of their results from their operands (see StrBuilder).
+//
+// Cost: every byte a string operation writes (and every list item or trusted
+// range it allocates) is charged to the RenderBudget of the render running on
+// the thread, which refuses the write once a limit is reached. A string that
+// only one Value owns is appended to in place (StrBuilder::take), so
+// `ns.s = ns.s + x` in a loop is linear, not quadratic.
 #pragma once
 
 #include <cstdint>
@@ -122,7 +128,11 @@ class Value {
   double floatValue() const { return kind_ == ValueKind::kFloat ? u_.f : static_cast<double>(intValue()); }
 
   // kString: the text, and its trusted ranges (nullptr when wholly untrusted).
-  std::string_view str() const;
+  std::string_view str() const {
+    if (kind_ != ValueKind::kString) return {};
+    if (json_ != nullptr) return json_->get_ref<const std::string&>();
+    return static_cast<const StrRep*>(ptr_.get())->text;
+  }
   const std::vector<ByteRange>* strTrusted() const;
 
   // kUndefined: what was looked up, for error messages.
@@ -135,6 +145,12 @@ class Value {
   NamespaceData* namespaceData() const;
   const CallableData* callableData() const;
   LoopData* loopData() const;
+
+  // The string or list payload when this Value is its only owner (a temporary
+  // result, or a variable's value moved out of its slot), so that it may be
+  // extended in place; nullptr otherwise (shared, JSON-backed, a range()).
+  StrRep* uniqueStr();
+  ListData* uniqueList();
 
   // Python truthiness.
   bool truthy() const;
@@ -180,6 +196,111 @@ struct LoopData {
   size_t index0 = 0;
 };
 
+// ---- Render budget -------------------------------------------------------------
+
+// Per-render bounds (ChatRenderOptions in chat_template.h documents them).
+struct RenderLimits {
+  size_t max_output_bytes = size_t{8} << 20;
+  uint64_t max_copied_bytes = uint64_t{64} << 20;
+  int64_t max_loop_iterations = 250000;
+};
+
+// What one render has spent. Constructing it installs it as the budget of the
+// calling thread until it is destroyed; every StrBuilder write, list
+// allocation and loop iteration on that thread is charged to it. The first
+// limit exceeded is remembered (status()) and every later charge is refused,
+// so nothing is copied or allocated past a limit; the interpreter checks
+// status() after each expression and statement and fails the render with it.
+// Outside a render (no budget installed) nothing is charged.
+class RenderBudget {
+ public:
+  explicit RenderBudget(const RenderLimits& limits);
+  ~RenderBudget();
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+
+  static RenderBudget* current();  // inline, below
+
+  // A string is about to grow from `size` by `add` bytes (`extra` more bytes of
+  // bookkeeping, e.g. a new trusted range): charges add + extra; false, with
+  // the error recorded, when the string would exceed max_output_bytes or the
+  // render would exceed max_copied_bytes.
+  bool admitString(size_t size, size_t add, size_t extra = 0) {
+    // Fast path inline (a render makes hundreds of these); the limits in
+    // string_room_/copy_room_ drop to 0 once anything has been refused.
+    if (add <= string_room_ && size <= string_room_ - add && add + extra <= copy_room_ - copied_) {
+      copied_ += add + extra;
+      return true;
+    }
+    return admitStringSlow(size, add, extra);
+  }
+  // Charges `bytes` of other allocation (list items, Value copies).
+  bool admitBytes(uint64_t bytes) {
+    if (bytes <= copy_room_ - copied_) {
+      copied_ += bytes;
+      return true;
+    }
+    return admitBytesSlow(bytes);
+  }
+  // Checks, without charging, that a string of `size` bytes may be built and
+  // that `copy` more bytes fit the copy budget: used before building results
+  // whose size is known in advance, so that they are refused before any work.
+  bool precheck(uint64_t size, uint64_t copy);
+  // Counts one loop iteration; false past max_loop_iterations.
+  bool countIteration();
+
+  const Status& status() const { return error_; }
+  bool exhausted() const { return !error_.isOk(); }
+  uint64_t copied() const { return copied_; }
+  int64_t iterations() const { return iterations_; }
+  const RenderLimits& limits() const { return limits_; }
+
+ private:
+  bool admitStringSlow(size_t size, size_t add, size_t extra);
+  bool admitBytesSlow(uint64_t bytes);
+  void fail(Status error);
+  Status stringTooLong(uint64_t size) const;
+  Status copiedTooMuch(uint64_t total) const;
+
+  RenderLimits limits_;
+  RenderBudget* previous_;
+  // limits_.max_output_bytes / max_copied_bytes until a refusal, then 0 (and
+  // copy_room_ = copied_) so that every later fast-path check fails.
+  size_t string_room_;
+  uint64_t copy_room_;
+  uint64_t copied_ = 0;
+  int64_t iterations_ = 0;
+  Status error_;
+};
+
+namespace detail {
+extern thread_local RenderBudget* t_render_budget;
+}  // namespace detail
+inline RenderBudget* RenderBudget::current() { return detail::t_render_budget; }
+
+// The installed budget's status (ok when none is installed).
+Status budgetStatus();
+// Whether no limit has been exceeded (cheap: no Status copy on the hot path).
+inline bool budgetOk() {
+  const RenderBudget* b = RenderBudget::current();
+  return b == nullptr || !b->exhausted();
+}
+// Charges n list items (sizeof(Value) each); false when refused.
+[[nodiscard]] bool chargeItems(size_t n);
+
+// Returns budgetStatus() from the enclosing function when `ok` is false.
+#define LG_JINJA_RETURN_IF_REFUSED(ok)                                           \
+  do {                                                                          \
+    if (!(ok)) return ::lg::text::jinja::budgetStatus();                        \
+  } while (0)
+// Charges `bytes` of allocation, or of a full scan of a string (a search, a
+// code point count, a comparison): reading costs like copying, so a template
+// that searches an ever-growing string on each iteration is bounded too.
+// The error, if any, is left in the budget for the interpreter to report.
+inline void chargeBytes(uint64_t bytes) {
+  if (RenderBudget* b = RenderBudget::current(); b != nullptr) (void)b->admitBytes(bytes);
+}
+
 // ---- Collections ------------------------------------------------------------
 
 size_t listSize(const Value& v);
@@ -198,6 +319,13 @@ Result<std::vector<Value>> iterate(const Value& v);
 
 class StrBuilder {
  public:
+  StrBuilder() = default;
+  // A builder that continues `s`: its payload is moved in when `s` is its only
+  // owner (no copy), else its bytes and trust are copied (and charged).
+  static StrBuilder take(Value&& s);
+
+  // Appends unless the render budget refuses it (then nothing is written and
+  // budgetStatus() says why).
   void append(std::string_view s, bool trusted);
   // Appends bytes [begin, end) of string value `s` with their trust.
   void appendSub(const Value& s, size_t begin, size_t end);

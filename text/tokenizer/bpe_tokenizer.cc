@@ -59,6 +59,10 @@ BpeTokenizer::BpeTokenizer(Parts parts, const TokenizerOptions& options)
     : model_(std::move(parts.model)),
       pipeline_(std::move(parts.steps)),
       fast_path_(parts.deepseek_v3 && options.allow_fast_path),
+      regex_units_base_(options.regex_units_base),
+      regex_units_per_byte_(options.regex_units_per_byte),
+      cpu_ms_base_(options.general_path_cpu_ms_base),
+      cpu_ms_per_mb_(options.general_path_cpu_ms_per_mb),
       added_(std::move(parts.added)),
       decoded_(std::move(parts.decoded)),
       decoded_start_(std::move(parts.decoded_start)),
@@ -84,30 +88,49 @@ void BpeTokenizer::releaseScratch(std::unique_ptr<PreTokenizeScratch> scratch) c
   if (scratch_pool_.size() < kMaxPooled) scratch_pool_.push_back(std::move(scratch));
 }
 
+RegexBudget BpeTokenizer::requestBudget(size_t bytes) const {
+  // Saturating: absurd options must not wrap around to a small budget.
+  const uint64_t per_byte =
+      regex_units_per_byte_ != 0 && bytes > UINT64_MAX / regex_units_per_byte_ ? UINT64_MAX : bytes * regex_units_per_byte_;
+  const uint64_t units = per_byte > UINT64_MAX - regex_units_base_ ? UINT64_MAX : per_byte + regex_units_base_;
+  const long double ms = static_cast<long double>(cpu_ms_base_) +
+                         static_cast<long double>(cpu_ms_per_mb_) * static_cast<long double>(bytes) / 1e6L;
+  const int64_t cpu_ns = ms <= 0 ? 0 : (ms >= 9e12L ? INT64_MAX : static_cast<int64_t>(ms * 1e6L));
+  // Only the general path calls a regex: skip reading the CPU clock otherwise.
+  return RegexBudget(units, fast_path_ ? 0 : cpu_ns);
+}
+
 template <typename Sink>
-Status BpeTokenizer::forEachPiece(std::string_view text, Sink& sink) const {
+Status BpeTokenizer::forEachPiece(std::string_view text, Sink& sink, RegexBudget& budget) const {
   if (text.empty()) return Status::ok();
   if (fast_path_) return deepSeekV3PreTokenize(text, PieceCallback(sink));
   std::unique_ptr<PreTokenizeScratch> scratch = acquireScratch();
+  scratch->match.setBudget(&budget);
   const Status status = pipeline_.run(text, *scratch, PieceCallback(sink));
+  scratch->match.setBudget(nullptr);
   releaseScratch(std::move(scratch));
   return status;
 }
 
-Status BpeTokenizer::encodeText(std::string_view text, std::vector<int32_t>& out) const {
+Status BpeTokenizer::encodeText(std::string_view text, std::vector<int32_t>& out, RegexBudget& budget) const {
   std::vector<int32_t> symbols;
   auto sink = [&](std::string_view piece) {
     model_->encodeWord(piece, out, symbols);
     return Status::ok();
   };
-  return forEachPiece(text, sink);
+  return forEachPiece(text, sink, budget);
 }
 
-Result<std::vector<int32_t>> BpeTokenizer::encode(std::string_view text) const {
+Result<std::vector<int32_t>> BpeTokenizer::encode(std::string_view text) const { return encode(text, nullptr); }
+
+Result<std::vector<int32_t>> BpeTokenizer::encode(std::string_view text, RegexStats* stats) const {
   LG_RETURN_IF_ERROR(checkUtf8(text, "text"));
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
-  LG_RETURN_IF_ERROR(encodeText(text, ids));
+  RegexBudget budget = requestBudget(text.size());
+  const Status status = encodeText(text, ids, budget);
+  if (stats != nullptr) *stats = {budget.unitsUsed(), budget.calls()};
+  LG_RETURN_IF_ERROR(status);
   return ids;
 }
 
@@ -130,17 +153,21 @@ Result<std::vector<int32_t>> BpeTokenizer::encodePrompt(const PromptText& prompt
   added_.find(text, prompt.trusted, matches);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
+  // One budget for the whole prompt, however many stretches it is cut into.
+  RegexBudget budget = requestBudget(text.size());
   // Text between added tokens is one piece for pre-tokenization, whatever mix
   // of trusted and client bytes it holds, as the library treats the string.
   // The cursor follows the library's start_offset, which can move back when a
   // token's rstrip overlapped the next one.
   size_t cursor = 0;
   for (const AddedTokenMatch& m : matches) {
-    if (cursor < m.start) LG_RETURN_IF_ERROR(encodeText(std::string_view(text).substr(cursor, m.start - cursor), ids));
+    if (cursor < m.start) {
+      LG_RETURN_IF_ERROR(encodeText(std::string_view(text).substr(cursor, m.start - cursor), ids, budget));
+    }
     ids.push_back(m.id);
     cursor = m.stop;
   }
-  if (cursor < text.size()) LG_RETURN_IF_ERROR(encodeText(std::string_view(text).substr(cursor), ids));
+  if (cursor < text.size()) LG_RETURN_IF_ERROR(encodeText(std::string_view(text).substr(cursor), ids, budget));
   return ids;
 }
 
@@ -181,7 +208,8 @@ Result<std::vector<std::string>> BpeTokenizer::preTokenize(std::string_view text
     pieces.emplace_back(piece);
     return Status::ok();
   };
-  LG_RETURN_IF_ERROR(forEachPiece(text, sink));
+  RegexBudget budget = requestBudget(text.size());
+  LG_RETURN_IF_ERROR(forEachPiece(text, sink, budget));
   return pieces;
 }
 

@@ -6,6 +6,7 @@
 // matcher needs its own MatchScratch.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,6 +20,56 @@ struct pcre2_real_jit_stack_8;
 
 namespace lg::text {
 
+// What one request (one encode or encodePrompt) may spend in PCRE2, over all
+// its regex calls; docs/tokenizer.md, "Regex budget".
+//
+// Units: PCRE2's match-limit count (what pcre2_match compares with its match
+// limit: backtracking steps and group and iterator entries; the JIT does not
+// count every character a scan reads). PCRE2 does not report what a call
+// used, so a call runs under a small limit first (16) and, when it hits it,
+// again under 4 times that, up to the per-call cap or what is left; each run
+// is charged the limit it ran under, an upper bound of what it did (a run
+// stopped at its limit did exactly that much). A call that needed u units is
+// charged less than max(16, 16u/3), and runs less than 7u/3 units in all
+// (the runs stopped at their limits are redone).
+//
+// CPU: the thread's CPU time since the budget was created, a backstop for the
+// work the units do not count (e.g. `\s*\n|\s` over a long run of spaces
+// rescans the run on every call for one unit each). Reading a thread's CPU
+// clock is a system call (1.6 us in a VM), so every 64 calls the monotonic
+// clock (a vDSO read) is compared with the earliest time at which the CPU
+// budget could be spent, and only then the CPU clock is read.
+class RegexBudget {
+ public:
+  // `cpu_ns` <= 0: no CPU check.
+  RegexBudget(uint64_t units, int64_t cpu_ns);
+  uint64_t unitsTotal() const { return total_; }
+  uint64_t unitsUsed() const { return total_ - left_; }
+  uint64_t calls() const { return calls_; }
+
+ private:
+  friend class PcreRegex;
+  // Counts a call about to be made; false (see error()) when the budget is
+  // spent. Inline: it runs once per regex call.
+  bool admitCall() {
+    if (left_ == 0) return false;
+    ++calls_;
+    return cpu_ns_ <= 0 || calls_ % kCpuCheckEvery != 0 || cpuOk();
+  }
+  static constexpr uint64_t kCpuCheckEvery = 64;
+  bool cpuOk();
+  Status error() const;
+  Status exhausted() const;
+
+  uint64_t total_;
+  uint64_t left_;
+  uint64_t calls_ = 0;
+  int64_t cpu_start_ns_ = 0;
+  int64_t cpu_ns_;
+  int64_t next_cpu_check_ns_ = 0;  // monotonic clock
+  bool cpu_exceeded_ = false;
+};
+
 // Per-thread match resources: match data, a match context with limits, a JIT
 // stack. Create one per encode call (or reuse from a pool); not thread-safe.
 class MatchScratch {
@@ -28,9 +79,14 @@ class MatchScratch {
   MatchScratch(const MatchScratch&) = delete;
   MatchScratch& operator=(const MatchScratch&) = delete;
   bool ok() const { return match_data_ && context_; }
+  // The request's budget for the calls made with this scratch (nullptr: each
+  // call only under the per-call limits).
+  void setBudget(RegexBudget* budget) { budget_ = budget; }
 
  private:
   friend class PcreRegex;
+  RegexBudget* budget_ = nullptr;
+  uint64_t match_limit_ = 0;  // what context_ is set to
   pcre2_real_match_data_8* match_data_ = nullptr;
   pcre2_real_match_context_8* context_ = nullptr;
   pcre2_real_jit_stack_8* jit_stack_ = nullptr;

@@ -207,21 +207,28 @@ TEST(ChatTemplateRenderTest, DeeplyNestedJsonIsBoundedInTojson) {
 }
 
 TEST(ChatTemplateRenderTest, HugeStringsAndLoopsHitLimits) {
-  const std::string big(8u << 20, 'a');
+  // 4 MiB of content fits the default 8 MiB output; 9 MiB does not.
+  const std::string big(4u << 20, 'a');
   const json messages = json::array({{{"role", "user"}, {"content", big}}});
   auto ok = renderV3(messages);
   ASSERT_TRUE(ok.isOk()) << ok.status().toString();
   EXPECT_EQ(ok->text.size(), big.size() + std::string("<｜begin▁of▁sentence｜><｜User｜><｜Assistant｜>").size());
+  auto too_big = renderV3(json::array({{{"role", "user"}, {"content", std::string(9u << 20, 'a')}}}));
+  ASSERT_FALSE(too_big.isOk());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(too_big.status().message().find("max_output_bytes"), std::string::npos) << too_big.status().message();
 
-  // 8 MiB doubled ten times would be 8 GiB: stopped at the string limit.
+  // 4 MiB doubled ten times would be 4 GiB: stopped at the string limit.
   auto grow = render("{% set ns = namespace(s=messages[0].content) %}{% for i in range(10) %}"
                      "{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}",
                      messages);
   ASSERT_FALSE(grow.isOk());
-  EXPECT_NE(grow.status().message().find("64 MiB"), std::string::npos) << grow.status().message();
+  EXPECT_EQ(grow.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(grow.status().message().find("max_output_bytes"), std::string::npos) << grow.status().message();
 
   auto repeat = render("{{ 'x' * 1000000000 }}", json::array());
-  EXPECT_FALSE(repeat.isOk());
+  ASSERT_FALSE(repeat.isOk());
+  EXPECT_EQ(repeat.status().code(), StatusCode::kResourceExhausted);
 
   auto range = render("{% for i in range(1000000) %}{% endfor %}", json::array());
   ASSERT_FALSE(range.isOk());
@@ -229,7 +236,8 @@ TEST(ChatTemplateRenderTest, HugeStringsAndLoopsHitLimits) {
 
   auto iterations = render("{% for i in range(100000) %}{% for j in range(100) %}{% endfor %}{% endfor %}", json::array());
   ASSERT_FALSE(iterations.isOk());
-  EXPECT_NE(iterations.status().message().find("loop iterations"), std::string::npos);
+  EXPECT_EQ(iterations.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(iterations.status().message().find("max_loop_iterations"), std::string::npos);
 
   json many = json::array();
   for (int i = 0; i < 20000; ++i) many.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "m"}});
