@@ -337,6 +337,13 @@ void PrefixCache::resumeWaitersLocked(const Digest& key) {
   waiters_.erase(it);
 }
 
+void PrefixCache::unparkLocked(const StatePtr& st) {
+  auto it = waiters_.find(st->awaited);
+  if (it == waiters_.end()) return;
+  std::erase(it->second, st);
+  if (it->second.empty()) waiters_.erase(it);
+}
+
 bool PrefixCache::pinnedLocked(BlockId block) const {
   return allocator_.refCount(block) > index_refs_[static_cast<size_t>(block)];
 }
@@ -606,11 +613,7 @@ void PrefixCache::onWaitDeadline(const std::weak_ptr<LeaseState>& weak) {
   {
     std::lock_guard lock(mu_);
     if (st->phase != LeasePhase::kWaiting) return;  // resumed already; the walk checks the deadline itself
-    auto it = waiters_.find(st->awaited);
-    if (it != waiters_.end()) {
-      std::erase(it->second, st);
-      if (it->second.empty()) waiters_.erase(it);
-    }
+    unparkLocked(st);
     st->phase = LeasePhase::kRunning;
   }
   advance(st);  // finds the block still in flight, past the deadline: stops there
@@ -794,10 +797,7 @@ void PrefixCache::releaseLease(const StatePtr& st) {
         clean_now = true;
         break;
       case LeasePhase::kWaiting:
-        if (auto it = waiters_.find(s.awaited); it != waiters_.end()) {
-          std::erase(it->second, st);
-          if (it->second.empty()) waiters_.erase(it);
-        }
+        unparkLocked(st);
         counters_->cancelled.fetch_add(1, std::memory_order_relaxed);
         clean_now = true;
         break;
@@ -945,6 +945,21 @@ void PrefixCache::checkIdentity() {
   io_->postAt(Clock::now() + interval, [this] { checkIdentity(); });
 }
 
+uint64_t PrefixCache::dropReadyLocked(const std::function<bool(const Entry&)>& matches,
+                                      std::vector<BlockId>& release) {
+  uint64_t dropped = 0;
+  for (auto it = index_.begin(); it != index_.end();) {
+    auto next = std::next(it);
+    if (it->second.state == State::kReady && matches(it->second)) {
+      release.push_back(it->second.block);
+      eraseLocked(it);
+      ++dropped;
+    }
+    it = next;
+  }
+  return dropped;
+}
+
 void PrefixCache::markStale(const Status& why) {
   std::vector<BlockId> release;
   {
@@ -953,14 +968,7 @@ void PrefixCache::markStale(const Status& why) {
     stale_reason_ = why.message();
     // Drop every ready entry (the index's references); blocks requests hold
     // stay theirs. Claims stay until their leases end: publishing is off.
-    for (auto it = index_.begin(); it != index_.end();) {
-      auto next = std::next(it);
-      if (it->second.state == State::kReady) {
-        release.push_back(it->second.block);
-        eraseLocked(it);
-      }
-      it = next;
-    }
+    dropReadyLocked([](const Entry&) { return true; }, release);
   }
   for (BlockId b : release) allocator_.release(b);
   cacheLog()->error("prefix cache stopped: the latent identity no longer holds ({}); no cached block is served "
@@ -981,15 +989,8 @@ Result<PrefixCache::PurgeCounts> PrefixCache::purgeTag(const Digest& tag) {
   std::vector<BlockId> release;
   {
     std::lock_guard lock(mu_);
-    for (auto it = index_.begin(); it != index_.end();) {
-      auto next = std::next(it);
-      if (it->second.state == State::kReady && it->second.ns_tag == tag) {
-        release.push_back(it->second.block);
-        eraseLocked(it);  // no write-back: the point is to forget them
-        ++counts.tier0;
-      }
-      it = next;
-    }
+    // No write-back: the point is to forget them.
+    counts.tier0 = dropReadyLocked([&tag](const Entry& e) { return e.ns_tag == tag; }, release);
   }
   for (BlockId b : release) allocator_.release(b);
   if (disk_ != nullptr) {

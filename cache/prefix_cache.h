@@ -294,6 +294,11 @@ class PrefixCache final : public CacheMetricsSource {
   int32_t reclaim(int32_t needed);  // returns the blocks freed
   // Resumes the lookups waiting for `key` (it was published or abandoned).
   void resumeWaitersLocked(const Digest& key);
+  // Takes a parked lookup out of waiters_ (its deadline passed, or it was dropped).
+  void unparkLocked(const StatePtr& st);
+  // Drops the ready entries `matches` selects from the index, without writing
+  // them back; their index references go to `release`. Returns how many.
+  uint64_t dropReadyLocked(const std::function<bool(const Entry&)>& matches, std::vector<engine::BlockId>& release);
 
   // --- one lookup, as a sequence of steps that each run without blocking.
   // Walks tier 0 from where the lookup stopped; registers a wait, starts a
