@@ -80,6 +80,11 @@ struct LeaseState {
   uint64_t restore_bytes = 0;
   bool waited = false;
 
+  // The token ids of the prompt's block j.
+  std::vector<int32_t> blockIds(int32_t j) const {
+    return {ids.begin() + static_cast<ptrdiff_t>(j) * block_tokens, ids.begin() + static_cast<ptrdiff_t>(j + 1) * block_tokens};
+  }
+
   std::atomic<bool> ready{false};
   mutable std::mutex ready_mu;
   mutable std::condition_variable ready_cv;
@@ -586,7 +591,7 @@ void PrefixCache::advance(const StatePtr& st) {
       e.state = State::kInFlight;
       e.owner = s.id;
       e.ns_tag = s.ns_tag;
-      e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(j) * bt, s.ids.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
+      e.ids = s.blockIds(j);
       index_.emplace(key, std::move(e));
       s.claimed.push_back(j);
       ++in_flight_;
@@ -699,7 +704,6 @@ void PrefixCache::restoreChunk(const std::shared_ptr<RestoreJob>& job, size_t c)
 void PrefixCache::finishRestore(const std::shared_ptr<RestoreJob>& job) {
   RestoreJob& j = *job;
   LeaseState& s = *j.st;
-  const int32_t bt = block_tokens_;
   // The restored prefix ends at the first block that was not imported.
   size_t ok = 0;
   while (ok < j.keys.size() && j.imported[ok]) ++ok;
@@ -721,7 +725,7 @@ void PrefixCache::finishRestore(const std::shared_ptr<RestoreJob>& job) {
       auto it = index_.find(key);
       if (it == index_.end()) {
         Entry e;
-        e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(b) * bt, s.ids.begin() + static_cast<ptrdiff_t>(b + 1) * bt);
+        e.ids = s.blockIds(b);
         e.ns_tag = s.hit_ns_tag;
         it = index_.emplace(key, std::move(e)).first;
         insertReadyLocked(key, it->second, block);
@@ -866,7 +870,7 @@ void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_
       auto it = index_.find(key);
       if (it == index_.end()) {
         Entry e;
-        e.ids.assign(s.ids.begin() + static_cast<ptrdiff_t>(j) * bt, s.ids.begin() + static_cast<ptrdiff_t>(j + 1) * bt);
+        e.ids = s.blockIds(j);
         e.ns_tag = s.ns_tag;
         it = index_.emplace(key, std::move(e)).first;
         insertReadyLocked(key, it->second, block);
