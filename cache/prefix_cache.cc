@@ -208,6 +208,25 @@ Status PrefixLease::publish(std::span<const BlockId> blocks, int32_t filled_len)
   return Status::ok();
 }
 
+Status PrefixLease::extend(std::span<const int32_t> generated) {
+  if (cache_ == nullptr || state_ == nullptr) return invalidArgument("extend: the lease is empty");
+  if (!ready()) return invalidArgument("extend: the lease is still pending");
+  LeaseState& s = *state_;
+  s.ids.insert(s.ids.end(), generated.begin(), generated.end());
+  // Chain the keys of the blocks that are now full (the same keys a later
+  // lookup of these ids computes with chainBlockKeys).
+  const size_t full = s.ids.size() / static_cast<size_t>(s.block_tokens);
+  while (s.keys.size() < full) {
+    const size_t j = s.keys.size();
+    const Digest previous = j == 0 ? Digest{} : s.keys.back();
+    s.keys.push_back(blockKey(s.ns, cache_->model_, previous,
+                              std::span<const int32_t>(s.ids).subspan(j * s.block_tokens, s.block_tokens)));
+  }
+  return Status::ok();
+}
+
+int32_t PrefixLease::coveredTokens() const { return static_cast<int32_t>(readyState().ids.size()); }
+
 // ---------------------------------------------------------------- PrefixCache
 
 PrefixCache::PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest& model,

@@ -165,6 +165,15 @@ class PrefixLease {
   // InvalidArgument on a pending or empty lease.
   Status publish(std::span<const engine::BlockId> blocks, int32_t filled_len);
 
+  // Appends tokens the request generated to the ids the lease covers, so that
+  // publish() also registers the blocks they fill: the next turn of a
+  // conversation resends the reply and hits them. The generated blocks are
+  // not claimed (no other request can be waiting for tokens not yet sampled).
+  // InvalidArgument on a pending or empty lease.
+  Status extend(std::span<const int32_t> generated);
+  // Token ids the lease covers (the prompt, then what extend() appended).
+  int32_t coveredTokens() const;
+
  private:
   friend class PrefixCache;
   PrefixLease(PrefixCache* cache, std::shared_ptr<LeaseState> state);

@@ -84,6 +84,39 @@ TEST_F(PrefixCacheTest, HitsAreWholeBlocksAndNeverTheLastToken) {
   EXPECT_EQ(s.tier0.hit_tokens + s.tier0.miss_tokens, s.prompt_tokens);
 }
 
+TEST_F(PrefixCacheTest, GeneratedTokensExtendTheLeaseAndHitTheNextTurn) {
+  make({}, /*with_disk=*/false);
+  const auto prompt = tokens(2 * kBt + 1, 11);   // 2 full blocks + 1 token
+  const auto reply = tokens(2 * kBt - 1, 12);    // fills block 2 and most of block 3
+  PrefixLease lease = cache_->acquire(team("team"), prompt);
+  ASSERT_EQ(lease.cachedTokens(), 0);
+  engine::SequenceBlocks seq(*pool_, 1 << 20);
+  const auto all = concat(prompt, reply);
+  const std::vector<Digest> content = contentKeys(*pool_, "team", all);
+  // "Decode": the prompt and the reply but its last token (sampled, never fed).
+  const auto fed = static_cast<int32_t>(all.size()) - 1;
+  ASSERT_TRUE(seq.reserve(fed).isOk());
+  for (size_t i = 0; i < seq.blocks().size(); ++i) pool_->compute(seq.blocks()[i], content[i]);
+  seq.commit(fed);
+  // Before extend() the lease covers the prompt only: block 2 is not published.
+  ASSERT_TRUE(lease.publish(seq.blocks(), seq.length()).isOk());
+  EXPECT_EQ(cache_->snapshot().published_blocks, 2u);
+  EXPECT_EQ(lease.coveredTokens(), static_cast<int32_t>(prompt.size()));
+  ASSERT_TRUE(lease.extend(std::span(reply).first(reply.size() - 1)).isOk());
+  ASSERT_TRUE(lease.publish(seq.blocks(), seq.length()).isOk());
+  EXPECT_EQ(cache_->snapshot().published_blocks, 3u);  // block 3 is partial
+  lease = PrefixLease();
+  seq.reset();
+  // The next turn resends prompt + reply + a new message: blocks 0..2 hit and
+  // hold exactly what was computed for those tokens.
+  RequestResult next = request("team", concat(all, tokens(kBt, 13)));
+  EXPECT_EQ(next.cached_tokens, 3 * kBt);
+  EXPECT_TRUE(next.served_right_blocks);
+  // extend() on an empty lease is refused.
+  PrefixLease empty;
+  EXPECT_FALSE(empty.extend(reply).isOk());
+}
+
 TEST_F(PrefixCacheTest, NamespacesAndModelsDoNotShare) {
   make({}, false);
   const auto ids = tokens(5 * kBt, 2);
