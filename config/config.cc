@@ -77,6 +77,12 @@ const std::array kFields = {
     LG_FIELD("cache.io_threads", cache.io_threads),
     LG_FIELD("cache.fingerprint", cache.fingerprint),
     LG_FIELD("cache.identity_check_seconds", cache.identity_check_seconds),
+    LG_FIELD("serving.step_tokens", serving.step_tokens),
+    LG_FIELD("serving.max_running", serving.max_running),
+    LG_FIELD("serving.max_queued", serving.max_queued),
+    LG_FIELD("serving.max_queue_wait_ms", serving.max_queue_wait_ms),
+    LG_FIELD("serving.output_reservation_tokens", serving.output_reservation_tokens),
+    LG_FIELD("serving.max_stop_strings", serving.max_stop_strings),
 };
 #undef LG_FIELD
 
@@ -335,6 +341,28 @@ Status validateConfig(const Config& c) {
   if (c.cache.identity_check_seconds < 1 || c.cache.identity_check_seconds > 3600) {
     return invalidArgument("cache.identity_check_seconds: expected 1..3600, got " +
                            std::to_string(c.cache.identity_check_seconds));
+  }
+  const ServingOptions& sv = c.serving;
+  if (sv.max_running < 1 || sv.max_running > 4096) {
+    return invalidArgument("serving.max_running: expected 1..4096, got " + std::to_string(sv.max_running));
+  }
+  if (sv.step_tokens < sv.max_running || sv.step_tokens > c.engine.max_batch_tokens) {
+    return invalidArgument("serving.step_tokens: expected serving.max_running (" + std::to_string(sv.max_running) +
+                           ") .. engine.max_batch_tokens (" + std::to_string(c.engine.max_batch_tokens) +
+                           "), got " + std::to_string(sv.step_tokens));
+  }
+  if (sv.max_queued < 0) {
+    return invalidArgument("serving.max_queued: expected >= 0, got " + std::to_string(sv.max_queued));
+  }
+  if (sv.max_queue_wait_ms < 0) {
+    return invalidArgument("serving.max_queue_wait_ms: expected >= 0, got " + std::to_string(sv.max_queue_wait_ms));
+  }
+  if (sv.output_reservation_tokens < 0) {
+    return invalidArgument("serving.output_reservation_tokens: expected >= 0, got " +
+                           std::to_string(sv.output_reservation_tokens));
+  }
+  if (sv.max_stop_strings < 0 || sv.max_stop_strings > 64) {
+    return invalidArgument("serving.max_stop_strings: expected 0..64, got " + std::to_string(sv.max_stop_strings));
   }
   if (c.cache.io_threads < 0 || c.cache.io_threads > 64) {
     return invalidArgument("cache.io_threads: expected 0..64 (0 = one per core, at most 4), got " +

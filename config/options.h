@@ -66,12 +66,24 @@ struct CacheOptions {
   int identity_check_seconds = 10;                // how often the weight files are compared with those loaded
 };
 
+// The scheduler (serving/, docs/serving.md): what one engine step holds and
+// when requests are admitted or refused.
+struct ServingOptions {
+  int step_tokens = 512;                  // tokens per step: running decodes first, then prefill chunks
+  int max_running = 64;                   // sequences in one step
+  int max_queued = 256;                   // requests waiting for admission; more: refused (queue_full)
+  int max_queue_wait_ms = 30000;          // longest wait for admission; longer: refused (queue_timeout)
+  int output_reservation_tokens = 256;    // pool space held for each request's output (at most its max_tokens)
+  int max_stop_strings = 4;               // stop strings per request (OpenAI's limit)
+};
+
 struct Config {
   std::string data_dir = "./data";
   LogOptions log;
   ServerOptions server;
   EngineOptions engine;
   CacheOptions cache;
+  ServingOptions serving;
 };
 
 }  // namespace lg

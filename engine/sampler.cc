@@ -49,30 +49,37 @@ Status validateSamplingParams(const SamplingParams& p, int32_t vocab_size) {
 Sampler::Sampler(SamplingParams params, uint64_t fallback_seed)
     : params_(std::move(params)), rng_(params_.seed.value_or(fallback_seed)) {}
 
-SampledToken Sampler::sample(std::span<const float> logits) {
+SampledToken scoreToken(std::span<const float> logits, int32_t token, int32_t top_logprobs,
+                        std::vector<int32_t>& order) {
   SampledToken out;
-  out.token = draw(logits);
-  if (params_.logprobs || params_.top_logprobs > 0) {
-    // log_softmax in double: logprob = x - max - log(sum exp(x - max)).
-    const float mx = *std::max_element(logits.begin(), logits.end());
-    double sum = 0.0;
-    for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
-    const double log_z = static_cast<double>(mx) + std::log(sum);
-    out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(out.token)]) - log_z);
-    const int32_t n = std::min<int32_t>(params_.top_logprobs, static_cast<int32_t>(logits.size()));
-    if (n > 0) {
-      order_.resize(logits.size());
-      for (size_t i = 0; i < logits.size(); ++i) order_[i] = static_cast<int32_t>(i);
-      std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), [&](int32_t a, int32_t b) {
-        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-               (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-      });
-      for (int32_t i = 0; i < n; ++i) {
-        const int32_t t = order_[static_cast<size_t>(i)];
-        out.top.push_back({t, static_cast<float>(static_cast<double>(logits[static_cast<size_t>(t)]) - log_z)});
-      }
+  out.token = token;
+  // log_softmax in double: logprob = x - max - log(sum exp(x - max)).
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+  const double log_z = static_cast<double>(mx) + std::log(sum);
+  out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) - log_z);
+  const int32_t n = std::min<int32_t>(top_logprobs, static_cast<int32_t>(logits.size()));
+  if (n > 0) {
+    order.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+    });
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t t = order[static_cast<size_t>(i)];
+      out.top.push_back({t, static_cast<float>(static_cast<double>(logits[static_cast<size_t>(t)]) - log_z)});
     }
   }
+  return out;
+}
+
+SampledToken Sampler::sample(std::span<const float> logits) {
+  const int32_t token = draw(logits);
+  if (params_.logprobs || params_.top_logprobs > 0) return scoreToken(logits, token, params_.top_logprobs, order_);
+  SampledToken out;
+  out.token = token;
   return out;
 }
 

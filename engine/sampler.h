@@ -48,6 +48,12 @@ struct SampledToken {
   std::vector<TokenLogprob> top;   // params.top_logprobs entries, most likely first
 };
 
+// The model's log-probability of `token` under `logits` and its
+// `top_logprobs` most likely alternatives (ties: lowest id first). `order` is
+// scratch. Also scores prompt tokens (OpenAI `echo` with `logprobs`).
+SampledToken scoreToken(std::span<const float> logits, int32_t token, int32_t top_logprobs,
+                        std::vector<int32_t>& order);
+
 class Sampler {
  public:
   // fallback_seed is used when params.seed is absent (the engine passes fresh
