@@ -19,5 +19,6 @@ Command addConfigCommand(CLI::App& app, GlobalFlags& flags);
 Command addTokenizeCommand(CLI::App& app, GlobalFlags& flags);
 Command addForwardCommand(CLI::App& app, GlobalFlags& flags);
 Command addModelCommand(CLI::App& app, GlobalFlags& flags);
+Command addGenerateCommand(CLI::App& app, GlobalFlags& flags);
 
 }  // namespace lg::cli

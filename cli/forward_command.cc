@@ -26,6 +26,7 @@
 #include "cache/prefix_cache.h"
 #include "cli/commands.h"
 #include "cli/global_flags.h"
+#include "cli/prefix_cache_setup.h"
 #include "common/file_util.h"
 #include "engine/backend_config.h"
 #include "engine/cpu/cpu_backend.h"
@@ -51,41 +52,7 @@ struct ForwardArgs {
   std::string cache_namespace = "default";
 };
 
-// The prefix cache of one `forward` run: the disk tier in --cache-dir and the
-// index over the backend's pool.
-struct ForwardCache {
-  std::unique_ptr<cache::DiskTier> disk;
-  std::unique_ptr<cache::PrefixCache> index;
-  double fingerprint_ms = 0;
-  std::string fingerprint_hex;
-  cache::StoredDType stored_dtype = cache::StoredDType::kF32;
-};
-
-Result<ForwardCache> openCache(const Config& config, const ForwardArgs& args, engine::Backend& backend) {
-  using Clock = std::chrono::steady_clock;
-  ForwardCache c;
-  const auto t0 = Clock::now();
-  // The fingerprint of the very bytes the engine mapped, and a check that
-  // none of its files changed since they were loaded.
-  LG_ASSIGN_OR_RETURN(cache::ModelFingerprint fp,
-                      cache::fingerprintModel(backend.model(), cache::fingerprintOptions(config)));
-  LG_RETURN_IF_ERROR(backend.model().checkFilesUnchanged());
-  c.fingerprint_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  c.fingerprint_hex = fp.digest.hex();
-  const engine::LatentLayout& layout = backend.latentLayout();
-  cache::DiskTierOptions disk_options = cache::diskTierOptions(config);
-  disk_options.path = args.cache_dir;
-  LG_ASSIGN_OR_RETURN(cache::CacheSecret secret, cache::CacheSecret::loadOrCreate(cache::secretPath(config, args.cache_dir)));
-  LG_ASSIGN_OR_RETURN(c.disk, cache::DiskTier::open(disk_options));
-  cache::PrefixCacheOptions options = cache::prefixCacheOptions(config, layout.dtype);
-  options.secret = std::make_shared<const cache::CacheSecret>(std::move(secret));
-  c.stored_dtype = options.stored_dtype;
-  const cache::Digest identity = cache::latentIdentity(fp.digest, backend.latentPool(), options.stored_dtype);
-  LG_ASSIGN_OR_RETURN(c.index, cache::PrefixCache::create(backend.latentPool(), c.disk.get(), identity, options));
-  return c;
-}
-
-json cacheStatsJson(const ForwardCache& c, const cache::PrefixLease& lease, const std::string& ns, double persist_ms) {
+json cacheStatsJson(const OpenedCache& c, const cache::PrefixLease& lease, const std::string& ns, double persist_ms) {
   const cache::CacheStats s = c.index->snapshot();
   json rejected = json::object();
   for (size_t r = 0; r < cache::kRejectReasonCount; ++r) {
@@ -176,9 +143,9 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
     return 2;
   }
   const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  std::optional<ForwardCache> cache;
+  std::optional<OpenedCache> cache;
   if (!args.cache_dir.empty()) {
-    auto opened = openCache(*config, args, **backend);
+    auto opened = openPrefixCache(*config, args.cache_dir, **backend);
     if (!opened.isOk()) {
       std::cerr << "latentgate forward: prefix cache: " << opened.status().toString() << "\n";
       return 2;

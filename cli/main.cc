@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       lg::cli::addConfigCommand(app, flags),
       lg::cli::addTokenizeCommand(app, flags),
       lg::cli::addForwardCommand(app, flags),
+      lg::cli::addGenerateCommand(app, flags),
       lg::cli::addModelCommand(app, flags),
   };
 
