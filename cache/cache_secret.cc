@@ -1,6 +1,9 @@
 #include "cache/cache_secret.h"
 
+#include <array>
+
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -33,7 +36,10 @@ Result<CacheSecret> CacheSecret::loadOrCreate(const std::string& path) {
   if (fd >= 0) {
     struct stat st {};
     const bool stat_ok = ::fstat(fd, &st) == 0;
-    const ssize_t n = stat_ok ? ::read(fd, secret.key_.data(), kBytes + 1) : -1;
+    // One byte more than the key, into a buffer that holds it, so that a
+    // longer file is refused rather than truncated.
+    std::array<uint8_t, kBytes + 1> buffer{};
+    const ssize_t n = stat_ok ? ::read(fd, buffer.data(), buffer.size()) : -1;
     ::close(fd);
     if (!stat_ok || !S_ISREG(st.st_mode)) return invalidArgument("cache secret " + path + " is not a regular file");
     if ((st.st_mode & 077) != 0) {
@@ -45,6 +51,8 @@ Result<CacheSecret> CacheSecret::loadOrCreate(const std::string& path) {
     if (n != static_cast<ssize_t>(kBytes)) {
       return dataLoss("cache secret " + path + " is not " + std::to_string(kBytes) + " bytes long");
     }
+    std::memcpy(secret.key_.data(), buffer.data(), kBytes);
+    OPENSSL_cleanse(buffer.data(), buffer.size());
     return secret;
   }
   if (errno != ENOENT) return unavailable("cannot read cache secret " + path + ": " + errnoText());

@@ -44,6 +44,12 @@ TEST(CacheSecretTest, CreatedPrivateReusedAndRefusedWhenOthersCanReadIt) {
   // Truncated: refused.
   ASSERT_TRUE(writeFileAtomic(dir.path() + "/short.key", "abc", 0600).isOk());
   EXPECT_EQ(CacheSecret::loadOrCreate(dir.path() + "/short.key").status().code(), StatusCode::kDataLoss);
+  // One byte too long (the read that detects it once wrote past the key) and
+  // far too long: refused, never truncated into a key.
+  ASSERT_TRUE(writeFileAtomic(dir.path() + "/long.key", std::string(CacheSecret::kBytes + 1, 'k'), 0600).isOk());
+  EXPECT_EQ(CacheSecret::loadOrCreate(dir.path() + "/long.key").status().code(), StatusCode::kDataLoss);
+  ASSERT_TRUE(writeFileAtomic(dir.path() + "/longer.key", std::string(4096, 'k'), 0600).isOk());
+  EXPECT_EQ(CacheSecret::loadOrCreate(dir.path() + "/longer.key").status().code(), StatusCode::kDataLoss);
 }
 
 }  // namespace
