@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/tsan_check.h"
+
 #include "tests/cache/cache_test_util.h"
 
 // Halt on the first report with a distinctive exit code, so a race fails the
@@ -155,23 +157,7 @@ TEST(CacheTsanTest, ManyThreadsReclaimFromAFullPool) { runWorkload(kThreads * 11
 
 // Proves the sanitizer is live in this binary: a deliberate race must end the
 // (death-test) child with the exit code above.
-TEST(CacheTsanTest, DeliberateRaceIsReported) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        int counter = 0;
-        std::thread a([&] {
-          for (int i = 0; i < 100000; ++i) counter = counter + 1;
-        });
-        std::thread b([&] {
-          for (int i = 0; i < 100000; ++i) counter = counter + 1;
-        });
-        a.join();
-        b.join();
-        std::exit(counter > 0 ? 0 : 1);
-      },
-      ::testing::ExitedWithCode(66), "data race");
-}
+TEST(CacheTsanTest, DeliberateRaceIsReported) { lg::testing::expectDeliberateRaceIsReported(); }
 
 }  // namespace
 }  // namespace lg::cache::testing
