@@ -435,12 +435,17 @@ void Scheduler::collectReadyLookups(Clock::time_point now) {
 }
 
 Scheduler::Sequence* Scheduler::preemptionVictim() {
+  // Lowest priority, then youngest; among those, one that holds blocks (a
+  // sequence still looking up frees nothing by leaving).
   Sequence* victim = nullptr;
+  auto better = [](const Sequence* a, const Sequence* b) {
+    const bool a_holds = !a->blocks.blocks().empty(), b_holds = !b->blocks.blocks().empty();
+    if (a->request.priority != b->request.priority) return a->request.priority < b->request.priority;
+    if (a_holds != b_holds) return a_holds;
+    return a->admission > b->admission;
+  };
   for (const SequencePtr& seq : running_) {
-    if (victim == nullptr || seq->request.priority < victim->request.priority ||
-        (seq->request.priority == victim->request.priority && seq->admission > victim->admission)) {
-      victim = seq.get();
-    }
+    if (victim == nullptr || better(seq.get(), victim)) victim = seq.get();
   }
   return victim;
 }
@@ -481,6 +486,7 @@ bool Scheduler::runStep() {
     // Allocate the blocks the step writes; when the pool (after the cache's
     // reclaimer evicted what nobody pins) cannot hold them, preempt and retry.
     Sequence* failed = nullptr;
+    Status failure;
     for (const StepEntry& e : entries) {
       Sequence& seq = *e.seq;
       auto tokens = std::span<const int32_t>(seq.ids).subspan(static_cast<size_t>(seq.blocks.length()),
@@ -488,11 +494,17 @@ bool Scheduler::runStep() {
       Result<engine::SequenceStep> step = seq.blocks.step(tokens, e.logits);
       if (!step.isOk()) {
         failed = &seq;
+        failure = step.status();
         break;
       }
       batch.sequences.push_back(std::move(step).value());
     }
     if (failed == nullptr) break;
+    if (failure.code() != StatusCode::kResourceExhausted) {
+      // Not a full pool: this sequence cannot go on; the others can.
+      finish(*failed, FinishReason::kError, "the engine refused the sequence: " + failure.toString());
+      continue;
+    }
     Sequence* victim = preemptionVictim();
     LG_CHECK(victim != nullptr, "scheduler: a step failed to allocate with no running sequence");
     if (running_.size() == 1) {
