@@ -193,8 +193,9 @@ json PromptEncoder::templateMessages(const ChatPrompt& prompt) const {
     auto last_system = std::find_if(messages.rbegin(), messages.rend(),
                                     [](const json& j) { return j["role"] == "system"; });
     if (last_system != messages.rend()) {
-      std::string content = (*last_system)["content"].get<std::string>();
-      (*last_system)["content"] = content.empty() ? addendum : content + "\n\n" + addendum;
+      json& content = (*last_system)["content"];
+      const bool empty = !content.is_string() || content.get_ref<const std::string&>().empty();
+      content = empty ? json(addendum) : json(content.get<std::string>() + "\n\n" + addendum);
     } else {
       messages.insert(messages.begin(), json{{"role", "system"}, {"content", addendum}});
     }

@@ -250,6 +250,12 @@ TEST_F(PromptEncoderTest, SystemAddendumPlacement) {
   ApiResult<EncodedPrompt> encoded = PromptEncoder(r1, *tokenizer_).encodeChat(req.prompt, "messages");
   ASSERT_TRUE(encoded.isOk());
   EXPECT_NE(decode(encoded->ids).find("### get_weather"), std::string::npos);
+  // A ChatPrompt built by hand may hold a system message without text: the
+  // addendum replaces it rather than throwing.
+  ChatPrompt by_hand;
+  by_hand.messages.push_back({Role::kSystem, std::nullopt, {}, {}});
+  by_hand.response_format = ResponseFormat::kJsonObject;
+  EXPECT_EQ(encoder.templateMessages(by_hand)[0]["content"], encoder.systemAddendum(by_hand));
 }
 
 TEST_F(PromptEncoderTest, ToolChoiceNoneLeavesToolsOut) {
