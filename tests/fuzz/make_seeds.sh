@@ -11,6 +11,42 @@ golden = json.load(open(os.path.join(fixtures, "tokenizer-golden.json")))
 seeds = []
 if target == "tokenizer_fuzz":
     seeds = [t["text"].encode() for t in golden["texts"]] + [c["text"].encode() for c in golden["chats"]]
+elif target.startswith("openai_"):
+    # Request bodies for the endpoint, and model output with reasoning and
+    # tool calls (the targets also read each input as generated text).
+    B, E = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+    CB, CE, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    call = [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]
+    outputs = ["<think>plan</think>\n\nok" + B + CB + "function" + SEP + "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" + CE + E,
+               "text" + B + CB + "get_weather" + SEP + "{}" + CE + E]
+    if target == "openai_chat_fuzz":
+        bodies = [{"model": "m", "messages": c["messages"]} for c in golden["chats"]]
+        bodies.append({"model": "m", "stream": True, "stream_options": {"include_usage": True}, "tools": tools,
+                       "tool_choice": "required", "max_tokens": 100, "temperature": 0.2, "stop": ["\n\n"],
+                       "logprobs": True, "top_logprobs": 3, "response_format": {"type": "json_object"},
+                       "messages": [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+                                    {"role": "user", "content": "Weather?"},
+                                    {"role": "assistant", "content": None, "tool_calls": call},
+                                    {"role": "tool", "tool_call_id": "call_1", "content": "22C"}]})
+    elif target == "openai_completions_fuzz":
+        bodies = [{"model": "m", "prompt": "Once upon a time", "max_tokens": 8},
+                  {"model": "m", "prompt": ["a", "b <｜User｜>"], "echo": True, "logprobs": 2, "stream": True},
+                  {"model": "m", "prompt": [[1, 2, 3], [128803, 999999]], "echo": True, "logprobs": 5, "max_tokens": 0}]
+    else:
+        bodies = [{"model": "m", "input": "Hello"},
+                  {"model": "m", "instructions": "You are Codex.", "stream": True, "store": False,
+                   "reasoning": {"effort": "medium"}, "include": ["reasoning.encrypted_content"],
+                   "prompt_cache_key": "k", "parallel_tool_calls": False,
+                   "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}},
+                             {"type": "web_search"}, {"type": "local_shell"}],
+                   "input": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "perm"}]},
+                             {"role": "user", "content": [{"type": "input_text", "text": "ls"}]},
+                             {"type": "reasoning", "summary": []},
+                             {"type": "function_call", "call_id": "c", "name": "shell", "arguments": "{}"},
+                             {"type": "function_call_output", "call_id": "c", "output": "a.txt"}]}]
+    seeds = [json.dumps(b, ensure_ascii=False).encode() for b in bodies] + [o.encode() for o in outputs]
 else:
     cfg = json.load(open(os.path.join(assets, "deepseek-v3-tokenizer", "tokenizer_config.json")))
     seeds = [json.dumps(c["messages"]).encode() for c in golden["chats"]]

@@ -1,0 +1,47 @@
+// POST /v1/completions (the legacy text completion endpoint): the body as a
+// ParsedCompletionRequest.
+//
+// `prompt` is a string, a list of strings, a list of token ids or a list of
+// lists of ids; each entry is one choice (index in order), run as its own
+// scheduler request. Accepted: echo, logprobs (0..5 alternatives, the sampled
+// token always included), max_tokens (0 with echo + logprobs scores the
+// prompt), stop, seed, temperature, top_p, top_k (extension), stream,
+// stream_options.include_usage, n = 1, best_of = 1, user. Refused: suffix,
+// n or best_of > 1, wrong types and ranges. Other fields are ignored.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "proxy/openai/api_error.h"
+#include "proxy/openai/request_types.h"
+
+namespace lg::proxy::openai {
+
+// One prompt: text to encode as plain text (added-token strings stay text), or
+// ids passed through to the scheduler (which range-checks them).
+struct CompletionPrompt {
+  bool is_ids = false;
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+struct ParsedCompletionRequest {
+  std::string model;
+  std::vector<CompletionPrompt> prompts;  // one choice each
+  SamplingSpec sampling;                  // the same for every prompt
+  ParamNames params{"prompt", "max_tokens", "logprobs"};
+  bool echo = false;
+  // Legacy `logprobs`: nullopt, or 0..5 alternatives per token.
+  std::optional<int32_t> logprobs;
+  bool stream = false;
+  bool include_usage = false;
+  std::vector<std::string> ignored;
+};
+
+ApiResult<ParsedCompletionRequest> parseCompletionRequest(const nlohmann::json& body, const ParseLimits& limits);
+
+}  // namespace lg::proxy::openai

@@ -1,0 +1,183 @@
+#include "proxy/openai/parse_common.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace lg::proxy::openai::detail {
+
+void readSampling(FieldReader& r, SamplingSpec& spec, std::vector<std::string>& ignored) {
+  serving::SamplingOptions& s = spec.options;
+  double d = 0;
+  if (r.number("temperature", d, 0.0, 2.0)) s.temperature = static_cast<float>(d);
+  if (r.number("top_p", d, 0.0, 1.0)) {
+    // OpenAI accepts 0 (keep only the most likely token); the scheduler wants
+    // (0, 1], and the smallest positive value keeps exactly that one token.
+    s.top_p = d <= 0.0 ? std::numeric_limits<float>::min() : static_cast<float>(d);
+  }
+  int64_t i = 0;
+  if (r.integer("seed", i, INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(i);
+  // top_k is no OpenAI field; vLLM and others accept it, and -1 means "no limit" there.
+  if (r.integer("top_k", i, -1, 1 << 20)) s.top_k = i < 0 ? 0 : static_cast<int32_t>(i);
+  for (std::string_view key : {"frequency_penalty", "presence_penalty"}) {
+    if (r.number(key, d, -2.0, 2.0) && d != 0.0) ignored.emplace_back(key);
+  }
+  if (const json* bias = r.find("logit_bias")) {
+    if (!bias->is_object()) {
+      r.fail(wrongType(r.path("logit_bias"), "an object", *bias));
+    } else if (!bias->empty()) {
+      r.fail(invalidRequest("logit_bias", "unsupported_parameter",
+                            "logit_bias is not supported by this server; send it empty or leave it out"));
+    }
+  }
+}
+
+void readStop(FieldReader& r, const ParseLimits& limits, std::vector<std::string>& out) {
+  if (r.failed()) return;
+  const json* stop = r.find("stop");
+  if (stop == nullptr) return;
+  const std::string param = r.path("stop");
+  if (stop->is_string()) {
+    // OpenAI ignores an empty stop string rather than stopping at once.
+    if (!stop->get_ref<const std::string&>().empty()) out.push_back(stop->get<std::string>());
+    return;
+  }
+  if (!stop->is_array()) {
+    r.fail(wrongType(param, "a string or an array of strings", *stop));
+    return;
+  }
+  if (static_cast<int64_t>(stop->size()) > limits.max_stop_strings) {
+    r.fail(invalidRequest(param, "invalid_value",
+                          param + " may hold at most " + std::to_string(limits.max_stop_strings) +
+                              " strings, got " + std::to_string(stop->size())));
+    return;
+  }
+  for (size_t k = 0; k < stop->size(); ++k) {
+    const json& s = (*stop)[k];
+    if (!s.is_string()) {
+      r.fail(wrongType(indexPath(param, k), "a string", s));
+      return;
+    }
+    if (s.get_ref<const std::string&>().empty()) {
+      r.fail(invalidRequest(indexPath(param, k), "invalid_value", indexPath(param, k) + " is empty"));
+      return;
+    }
+    out.push_back(s.get<std::string>());
+  }
+}
+
+void readMaxTokens(FieldReader& r, std::string_view key, int64_t min_value, SamplingSpec& spec) {
+  int64_t v = 0;
+  if (r.integer(key, v, min_value, INT32_MAX)) spec.requested_max_tokens = static_cast<int32_t>(v);
+}
+
+namespace {
+bool isMediaPart(std::string_view type) {
+  static constexpr std::string_view kMedia[] = {"image_url", "input_image", "input_audio", "audio",
+                                                "file",      "input_file",  "image",       "video_url"};
+  return std::find(std::begin(kMedia), std::end(kMedia), type) != std::end(kMedia);
+}
+}  // namespace
+
+ApiResult<std::string> readTextContent(const json& content, const std::string& param, const TextPartTypes& types) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return wrongType(param, "a string or an array of content parts", content);
+  std::string out;
+  bool first = true;
+  for (size_t k = 0; k < content.size(); ++k) {
+    const json& part = content[k];
+    const std::string part_path = indexPath(param, k);
+    if (!part.is_object()) return wrongType(part_path, "an object", part);
+    const auto type_it = part.find("type");
+    if (type_it == part.end() || !type_it->is_string()) {
+      return invalidRequest(fieldPath(part_path, "type"), "missing_required_parameter",
+                            fieldPath(part_path, "type") + " must be a string naming the part's type");
+    }
+    const std::string& type = type_it->get_ref<const std::string&>();
+    std::string_view text_key;
+    if (std::find(types.text.begin(), types.text.end(), type) != types.text.end()) {
+      text_key = "text";
+    } else if (types.allow_refusal && type == "refusal") {
+      text_key = "refusal";
+    } else if (isMediaPart(type)) {
+      return invalidRequest(fieldPath(part_path, "type"), "unsupported_value",
+                            part_path + " is a '" + type +
+                                "' part; this model reads text only (send text parts or a string)");
+    } else {
+      return invalidRequest(fieldPath(part_path, "type"), "invalid_value",
+                            part_path + " has an unknown content part type '" + type + "'");
+    }
+    const auto text_it = part.find(text_key);
+    if (text_it == part.end() || !text_it->is_string()) {
+      const std::string p = fieldPath(part_path, text_key);
+      return text_it == part.end() || text_it->is_null()
+                 ? invalidRequest(p, "missing_required_parameter", "missing required parameter: " + p)
+                 : wrongType(p, "a string", *text_it);
+    }
+    if (!first) out.push_back('\n');
+    out.append(text_it->get_ref<const std::string&>());
+    first = false;
+  }
+  return out;
+}
+
+std::optional<ApiError> checkFunctionName(const std::string& name, const std::string& param) {
+  const bool ok = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  if (ok) return std::nullopt;
+  return invalidRequest(param, "invalid_value",
+                        param + " must be 1 to 64 characters of a-z, A-Z, 0-9, '_' and '-'");
+}
+
+ApiResult<FunctionTool> readFunction(const json& object, const std::string& prefix) {
+  if (!object.is_object()) return wrongType(prefix, "an object", object);
+  FieldReader r(object, prefix);
+  FunctionTool tool;
+  if (!r.string("name", tool.name) && !r.failed()) r.missing("name");
+  r.string("description", tool.description);
+  if (r.failed()) return r.takeError();
+  if (auto error = checkFunctionName(tool.name, r.path("name"))) return *error;
+  if (const json* params = r.find("parameters")) {
+    if (!params->is_object()) return wrongType(r.path("parameters"), "an object (a JSON Schema)", *params);
+    tool.parameters = *params;
+  }
+  bool strict = false;
+  r.boolean("strict", strict);  // accepted; the schema is described to the model, not enforced
+  if (r.failed()) return r.takeError();
+  return tool;
+}
+
+std::optional<ApiError> checkToolChoice(const ToolChoice& choice, const std::vector<FunctionTool>& tools,
+                                        const std::string& param) {
+  using Mode = ToolChoice::Mode;
+  if ((choice.mode == Mode::kRequired || choice.mode == Mode::kFunction) && tools.empty()) {
+    return invalidRequest(param, "invalid_value", param + " asks for a tool call, but the request has no tools");
+  }
+  if (choice.mode == Mode::kFunction &&
+      std::none_of(tools.begin(), tools.end(), [&](const FunctionTool& t) { return t.name == choice.function; })) {
+    return invalidRequest(param, "invalid_value",
+                          param + " names the function '" + choice.function + "', which is not among the tools");
+  }
+  return std::nullopt;
+}
+
+ApiResult<ResponseFormat> readResponseFormat(const json& format, const std::string& param) {
+  if (!format.is_object()) return wrongType(param, "an object", format);
+  const std::string type_param = fieldPath(param, "type");
+  const auto it = format.find("type");
+  if (it == format.end() || !it->is_string()) {
+    return invalidRequest(type_param, "missing_required_parameter", type_param + " must be a string");
+  }
+  const std::string& type = it->get_ref<const std::string&>();
+  if (type == "text") return ResponseFormat::kText;
+  if (type == "json_object") return ResponseFormat::kJsonObject;
+  if (type == "json_schema") {
+    return invalidRequest(type_param, "unsupported_value",
+                          "json_schema output is not supported by this server (it cannot enforce a schema); "
+                          "use 'json_object' and describe the schema in the prompt");
+  }
+  return invalidRequest(type_param, "invalid_value",
+                        type_param + " must be 'text' or 'json_object', got '" + type + "'");
+}
+
+}  // namespace lg::proxy::openai::detail

@@ -1,0 +1,283 @@
+#include "proxy/openai/prompt_encoder.h"
+
+#include <algorithm>
+
+#include "proxy/openai/sse.h"
+
+namespace lg::proxy::openai {
+
+namespace {
+
+using nlohmann::json;
+
+std::string_view roleName(Role role, const TemplateTraits& traits) {
+  switch (role) {
+    case Role::kSystem: return "system";
+    case Role::kDeveloper: return traits.renders_developer ? "developer" : "system";
+    case Role::kUser: return "user";
+    case Role::kAssistant: return "assistant";
+    case Role::kTool: return "tool";
+  }
+  return "user";
+}
+
+bool toolsOffered(const ChatPrompt& p) {
+  return !p.tools.empty() && p.tool_choice.mode != ToolChoice::Mode::kNone;
+}
+
+// The tool_choice and parallel_tool_calls rules, as sentences ("" when none).
+std::string toolRules(const ToolChoice& choice, bool parallel_calls) {
+  std::string out;
+  if (choice.mode == ToolChoice::Mode::kRequired) {
+    out += "You must call at least one function in this reply.";
+  } else if (choice.mode == ToolChoice::Mode::kFunction) {
+    out += "You must call the function " + choice.function + " in this reply.";
+  }
+  if (!parallel_calls) {
+    if (!out.empty()) out += ' ';
+    out += "Call at most one function per reply.";
+  }
+  return out;
+}
+
+constexpr std::string_view kJsonObjectInstruction =
+    "Reply with a single valid JSON object and nothing else: no code fences and no text before or after it.";
+
+ApiError renderError(const Status& status, std::string_view param) {
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+      // The template's own words (raise_exception) or which value it could
+      // not use; never prompt text beyond what the client sent.
+      return invalidRequest(std::string(param), "invalid_value",
+                            "the model's chat template cannot render this conversation: " + status.message());
+    case StatusCode::kResourceExhausted:
+      return ApiError{400, "invalid_request_error", "context_length_exceeded", std::string(param),
+                      "the conversation is too large to render: " + status.message(), 0};
+    default:
+      return internalError();
+  }
+}
+
+ApiError encodeError(const Status& status, std::string_view param) {
+  switch (status.code()) {
+    case StatusCode::kResourceExhausted:
+      return ApiError{400, "invalid_request_error", "context_length_exceeded", std::string(param),
+                      "the prompt is too large to tokenize: " + status.message(), 0};
+    case StatusCode::kInvalidArgument:
+      return invalidRequest(std::string(param), "invalid_value", "the prompt cannot be tokenized: " + status.message());
+    default:
+      return internalError();
+  }
+}
+
+bool endsWithOpenThink(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r' || text.back() == '\t')) {
+    text.remove_suffix(1);
+  }
+  return text.ends_with("<think>");
+}
+
+bool renders(const text::ChatTemplate& t, const json& messages, const json* tools, std::string_view needle) {
+  text::ChatRenderInput input;
+  input.messages = &messages;
+  input.tools = tools;
+  input.add_generation_prompt = true;
+  Result<text::PromptText> out = t.render(input);
+  return out.isOk() && out->text.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TemplateTraits probeTemplate(const text::ChatTemplate& chat_template) {
+  TemplateTraits traits;
+  const json user = json{{"role", "user"}, {"content", "x"}};
+  traits.renders_developer = renders(
+      chat_template, json::array({json{{"role", "developer"}, {"content", "lg-probe-developer"}}, user}), nullptr,
+      "lg-probe-developer");
+  const json tools = json::array({json{
+      {"type", "function"},
+      {"function", json{{"name", "lg_probe_tool"},
+                        {"description", "probe"},
+                        {"parameters", json{{"type", "object"}, {"properties", json::object()}}}}}}});
+  traits.renders_tools = renders(chat_template, json::array({user}), &tools, "lg_probe_tool");
+  const json call_conversation = json::array(
+      {user,
+       json{{"role", "assistant"},
+            {"content", nullptr},
+            {"tool_calls", json::array({json{{"id", "call_probe"},
+                                             {"type", "function"},
+                                             {"function", json{{"name", "lg_probe_fn"}, {"arguments", "{}"}}}}})}},
+       json{{"role", "tool"}, {"content", "r"}, {"tool_call_id", "call_probe"}}});
+  if (!renders(chat_template, call_conversation, nullptr, "function<｜tool▁sep｜>lg_probe_fn") &&
+      renders(chat_template, call_conversation, nullptr, "lg_probe_fn<｜tool▁sep｜>")) {
+    traits.tool_call_syntax = ToolCallSyntax::kV31;
+  }
+  return traits;
+}
+
+std::string toolsSystemText(const std::vector<FunctionTool>& tools, const ToolChoice& choice, bool parallel_calls,
+                            ToolCallSyntax syntax) {
+  std::string out = "## Tools\n\nYou can call the following functions.\n";
+  for (const FunctionTool& tool : tools) {
+    out += "\n### " + tool.name + "\n";
+    if (!tool.description.empty()) out += "Description: " + tool.description + "\n";
+    out += "Parameters: " + (tool.parameters.is_null() ? std::string("{}") : jsonText(tool.parameters)) + "\n";
+  }
+  out += "\nTo call functions, end your reply with the calls in exactly this format:\n";
+  if (syntax == ToolCallSyntax::kV31) {
+    out +=
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>FUNCTION_NAME<｜tool▁sep｜>ARGUMENTS<｜tool▁call▁end｜>"
+        "<｜tool▁call▁begin｜>FUNCTION_NAME<｜tool▁sep｜>ARGUMENTS<｜tool▁call▁end｜><｜tool▁calls▁end｜>\n";
+  } else {
+    out +=
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>FUNCTION_NAME\n"
+        "```json\nARGUMENTS\n```<｜tool▁call▁end｜>\n"
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>FUNCTION_NAME\n"
+        "```json\nARGUMENTS\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>\n";
+  }
+  out +=
+      "ARGUMENTS is one JSON object that follows the function's parameters schema. Call functions only when they "
+      "help; their results come back in the next message.";
+  if (std::string rules = toolRules(choice, parallel_calls); !rules.empty()) out += "\n" + rules;
+  return out;
+}
+
+PromptEncoder::PromptEncoder(const text::ChatTemplate& chat_template, const text::Tokenizer& tokenizer,
+                             text::ChatRenderOptions render_options)
+    : PromptEncoder(chat_template, tokenizer, probeTemplate(chat_template), render_options) {}
+
+PromptEncoder::PromptEncoder(const text::ChatTemplate& chat_template, const text::Tokenizer& tokenizer,
+                             TemplateTraits traits, text::ChatRenderOptions render_options)
+    : template_(chat_template), tokenizer_(tokenizer), traits_(traits), render_options_(render_options) {
+  render_options_.stats = nullptr;  // shared by concurrent renders: no per-render output
+}
+
+std::string PromptEncoder::systemAddendum(const ChatPrompt& prompt) const {
+  std::string out;
+  auto add = [&](std::string_view part) {
+    if (part.empty()) return;
+    if (!out.empty()) out += "\n\n";
+    out += part;
+  };
+  if (toolsOffered(prompt)) {
+    if (traits_.renders_tools) {
+      add(toolRules(prompt.tool_choice, prompt.parallel_tool_calls));
+    } else {
+      add(toolsSystemText(prompt.tools, prompt.tool_choice, prompt.parallel_tool_calls, traits_.tool_call_syntax));
+    }
+  }
+  if (prompt.response_format == ResponseFormat::kJsonObject) add(kJsonObjectInstruction);
+  return out;
+}
+
+json PromptEncoder::templateMessages(const ChatPrompt& prompt) const {
+  json messages = json::array();
+  for (const ChatMessage& m : prompt.messages) {
+    json j = json::object();
+    j["role"] = roleName(m.role, traits_);
+    j["content"] = m.content ? json(*m.content) : json(nullptr);
+    if (m.role == Role::kAssistant && !m.tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCall& c : m.tool_calls) {
+        calls.push_back(json{{"id", c.id},
+                             {"type", "function"},
+                             {"function", json{{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+      j["tool_calls"] = std::move(calls);
+    }
+    if (m.role == Role::kTool) j["tool_call_id"] = m.tool_call_id;
+    messages.push_back(std::move(j));
+  }
+  const std::string addendum = systemAddendum(prompt);
+  if (!addendum.empty()) {
+    auto last_system = std::find_if(messages.rbegin(), messages.rend(),
+                                    [](const json& j) { return j["role"] == "system"; });
+    if (last_system != messages.rend()) {
+      json& content = (*last_system)["content"];
+      const bool empty = !content.is_string() || content.get_ref<const std::string&>().empty();
+      content = empty ? json(addendum) : json(content.get<std::string>() + "\n\n" + addendum);
+    } else {
+      messages.insert(messages.begin(), json{{"role", "system"}, {"content", addendum}});
+    }
+  }
+  return messages;
+}
+
+json PromptEncoder::templateTools(const ChatPrompt& prompt) const {
+  if (!traits_.renders_tools || !toolsOffered(prompt)) return nullptr;
+  json tools = json::array();
+  for (const FunctionTool& t : prompt.tools) {
+    json f = json{{"name", t.name}};
+    if (!t.description.empty()) f["description"] = t.description;
+    if (!t.parameters.is_null()) f["parameters"] = t.parameters;
+    tools.push_back(json{{"type", "function"}, {"function", std::move(f)}});
+  }
+  return tools;
+}
+
+ApiResult<EncodedPrompt> PromptEncoder::encodeChat(const ChatPrompt& prompt, std::string_view prompt_param) const {
+  // Building the input copies strings and the tools' schemas; everything
+  // that can fail on request data reports a Status, and the JSON values built
+  // here are well-formed by construction, so nothing below throws.
+  const json messages = templateMessages(prompt);
+  const json tools = templateTools(prompt);
+  text::ChatRenderInput input;
+  input.messages = &messages;
+  input.tools = tools.is_null() ? nullptr : &tools;
+  input.add_generation_prompt = true;
+  Result<text::PromptText> rendered = template_.render(input, render_options_);
+  if (!rendered.isOk()) return renderError(rendered.status(), prompt_param);
+  Result<std::vector<int32_t>> ids = tokenizer_.encodePrompt(*rendered);
+  if (!ids.isOk()) return encodeError(ids.status(), prompt_param);
+  EncodedPrompt out;
+  out.ids = std::move(*ids);
+  out.reasoning_open = endsWithOpenThink(rendered->text);
+  return out;
+}
+
+ApiResult<EncodedPrompt> PromptEncoder::encodeCompletion(const CompletionPrompt& prompt, size_t index,
+                                                         size_t count) const {
+  EncodedPrompt out;
+  if (prompt.is_ids) {
+    out.ids = prompt.ids;  // the scheduler checks them against the model's vocabulary
+    return out;
+  }
+  const std::string param = count == 1 ? std::string("prompt") : "prompt[" + std::to_string(index) + "]";
+  Result<std::vector<int32_t>> ids = tokenizer_.encode(prompt.text);
+  if (!ids.isOk()) return encodeError(ids.status(), param);
+  out.ids = std::move(*ids);
+  return out;
+}
+
+OutputParserOptions PromptEncoder::outputOptions(const ChatPrompt& prompt, const EncodedPrompt& encoded) const {
+  OutputParserOptions o;
+  o.reasoning = true;
+  o.starts_in_reasoning = encoded.reasoning_open;
+  o.tool_calls = toolsOffered(prompt);
+  o.max_tool_calls = prompt.parallel_tool_calls ? -1 : 1;
+  o.syntax = traits_.tool_call_syntax;
+  return o;
+}
+
+ApiResult<serving::SamplingOptions> resolveSampling(const SamplingSpec& spec, size_t prompt_tokens,
+                                                    int32_t max_context, const ParamNames& params) {
+  serving::SamplingOptions out = spec.options;
+  const auto prompt = static_cast<int64_t>(prompt_tokens);
+  if (spec.requested_max_tokens) {
+    out.max_tokens = *spec.requested_max_tokens;
+    if (max_context > 0 && prompt + out.max_tokens > max_context) {
+      return contextLengthExceeded(std::string(params.prompt), prompt, out.max_tokens, max_context);
+    }
+    return out;
+  }
+  int64_t cap = spec.default_max_tokens;
+  if (max_context > 0) {
+    const int64_t room = max_context - prompt;
+    if (room <= 0) return contextLengthExceeded(std::string(params.prompt), prompt, 1, max_context);
+    cap = std::min(cap, room);
+  }
+  out.max_tokens = static_cast<int32_t>(std::max<int64_t>(cap, 1));
+  return out;
+}
+
+}  // namespace lg::proxy::openai

@@ -1,0 +1,87 @@
+// The internal form of an OpenAI request, shared by the three endpoints:
+// what the parsers (chat_request.h, completion_request.h, responses_request.h)
+// produce and the prompt encoder (prompt_encoder.h) consumes.
+//
+// Chat Completions and Responses both become a ChatPrompt: a conversation of
+// system/developer/user/assistant/tool messages, function tools, a tool choice
+// and a response format. Only text reaches it: the parsers already joined
+// content parts and refused what the model cannot read (images, audio).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proxy/openai/api_error.h"
+#include "serving/request.h"
+
+namespace lg::proxy::openai {
+
+enum class Role : uint8_t { kSystem, kDeveloper, kUser, kAssistant, kTool };
+
+struct ToolCall {
+  std::string id;         // call_...: what the tool result refers to
+  std::string name;
+  std::string arguments;  // a JSON text, as the model wrote it
+  bool operator==(const ToolCall&) const = default;
+};
+
+struct ChatMessage {
+  Role role = Role::kUser;
+  // Text content; nullopt only for an assistant message that holds tool calls.
+  std::optional<std::string> content;
+  std::vector<ToolCall> tool_calls;  // assistant only
+  std::string tool_call_id;          // tool only
+};
+
+struct FunctionTool {
+  std::string name;         // ^[A-Za-z0-9_-]{1,64}$, as OpenAI requires
+  std::string description;  // may be empty
+  nlohmann::json parameters;  // a JSON Schema object, or null when absent
+};
+
+struct ToolChoice {
+  enum class Mode : uint8_t { kAuto, kNone, kRequired, kFunction };
+  Mode mode = Mode::kAuto;
+  std::string function;  // kFunction: the function the reply must call
+};
+
+enum class ResponseFormat : uint8_t {
+  kText,
+  kJsonObject,  // asked for by an instruction in the system prompt (not enforced by decoding)
+};
+
+struct ChatPrompt {
+  std::vector<ChatMessage> messages;
+  std::vector<FunctionTool> tools;
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;  // false: at most one call per reply
+  ResponseFormat response_format = ResponseFormat::kText;
+};
+
+// Limits and defaults the server configures once.
+struct ParseLimits {
+  // max_tokens when a request names none: DeepSeek's API default, clamped to
+  // what the context leaves (resolveSampling).
+  int32_t default_max_tokens = 4096;
+  // The same for /v1/completions, whose OpenAI default is 16 tokens.
+  int32_t default_completion_max_tokens = 16;
+  int32_t max_stop_strings = 4;          // as OpenAI (and serving.max_stop_strings)
+  int32_t max_completion_prompts = 128;  // entries of a /v1/completions prompt list
+  int32_t max_tools = 512;
+  int32_t max_messages = 100000;         // messages, or Responses input items
+  int32_t max_json_depth = 64;           // nesting of the body (parseJsonBody)
+};
+
+// Sampling as parsed: everything of serving::SamplingOptions but the output
+// cap, which depends on the prompt's length (resolveSampling, prompt_encoder.h).
+struct SamplingSpec {
+  serving::SamplingOptions options;            // max_tokens left 0 until resolved
+  std::optional<int32_t> requested_max_tokens;  // what the client asked for, if anything
+  int32_t default_max_tokens = 4096;            // otherwise (ParseLimits), clamped to the context left
+};
+
+}  // namespace lg::proxy::openai

@@ -1,0 +1,329 @@
+#include "proxy/openai/responses_request.h"
+
+#include <algorithm>
+
+#include "proxy/openai/json_fields.h"
+#include "proxy/openai/parse_common.h"
+
+namespace lg::proxy::openai {
+
+namespace {
+
+using detail::FieldReader;
+using detail::indexPath;
+using detail::wrongType;
+using nlohmann::json;
+
+void addOnce(std::vector<std::string>& list, std::string value) {
+  if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(std::move(value));
+}
+
+// Items a hosted tool (or a tool this server does not offer) leaves in a
+// conversation. Their tools are not in the prompt, so neither are they.
+bool isHostedItem(std::string_view type) {
+  static constexpr std::string_view kHosted[] = {
+      "web_search_call",      "file_search_call",        "computer_call",         "computer_call_output",
+      "code_interpreter_call", "image_generation_call",  "local_shell_call",      "local_shell_call_output",
+      "shell_call",           "shell_call_output",       "apply_patch_call",      "apply_patch_call_output",
+      "mcp_call",             "mcp_list_tools",          "mcp_approval_request",  "mcp_approval_response"};
+  return std::find(std::begin(kHosted), std::end(kHosted), type) != std::end(kHosted);
+}
+
+const detail::TextPartTypes kInputParts{{"input_text", "output_text", "text"}, false};
+const detail::TextPartTypes kAssistantParts{{"output_text", "input_text", "text"}, true};
+
+ApiResult<ChatMessage> parseMessageItem(const json& item, const std::string& path) {
+  FieldReader r(item, path);
+  std::string role;
+  if (!r.string("role", role) && !r.failed()) r.missing("role");
+  if (r.failed()) return r.takeError();
+  ChatMessage msg;
+  if (role == "user") msg.role = Role::kUser;
+  else if (role == "system") msg.role = Role::kSystem;
+  else if (role == "developer") msg.role = Role::kDeveloper;
+  else if (role == "assistant") msg.role = Role::kAssistant;
+  else {
+    return invalidRequest(r.path("role"), "invalid_value",
+                          r.path("role") + " must be 'user', 'system', 'developer' or 'assistant', got '" + role +
+                              "'");
+  }
+  const json* content = r.find("content");
+  if (content == nullptr) {
+    r.missing("content");
+    return r.takeError();
+  }
+  ApiResult<std::string> text = detail::readTextContent(
+      *content, r.path("content"), msg.role == Role::kAssistant ? kAssistantParts : kInputParts);
+  if (!text) return text.error();
+  msg.content = std::move(*text);
+  return msg;
+}
+
+// function_call {call_id, name, arguments} or custom_tool_call {call_id, name, input}.
+ApiResult<ToolCall> parseCallItem(const json& item, const std::string& path, std::string_view arguments_key) {
+  FieldReader r(item, path);
+  ToolCall call;
+  if (!r.string("call_id", call.id) && !r.failed()) r.missing("call_id");
+  if (!r.string("name", call.name) && !r.failed()) r.missing("name");
+  if (!r.string(arguments_key, call.arguments) && !r.failed()) r.missing(arguments_key);
+  if (r.failed()) return r.takeError();
+  return call;
+}
+
+ApiResult<ChatMessage> parseCallOutputItem(const json& item, const std::string& path) {
+  FieldReader r(item, path);
+  ChatMessage msg;
+  msg.role = Role::kTool;
+  if (!r.string("call_id", msg.tool_call_id) && !r.failed()) r.missing("call_id");
+  if (r.failed()) return r.takeError();
+  const json* output = r.find("output");
+  if (output == nullptr) {
+    r.missing("output");
+    return r.takeError();
+  }
+  ApiResult<std::string> text = detail::readTextContent(*output, r.path("output"), kInputParts);
+  if (!text) return text.error();
+  msg.content = std::move(*text);
+  return msg;
+}
+
+// Appends a tool call to the conversation: consecutive calls (a reply's
+// parallel calls) form one assistant message, as in Chat Completions.
+void appendCall(std::vector<ChatMessage>& messages, ToolCall call) {
+  if (messages.empty() || messages.back().role != Role::kAssistant || messages.back().tool_calls.empty()) {
+    ChatMessage m;
+    m.role = Role::kAssistant;
+    messages.push_back(std::move(m));
+  }
+  messages.back().tool_calls.push_back(std::move(call));
+}
+
+ApiResult<std::vector<ChatMessage>> parseInput(const json& input, const ParseLimits& limits,
+                                               std::vector<std::string>& ignored) {
+  std::vector<ChatMessage> messages;
+  if (input.is_string()) {
+    ChatMessage m;
+    m.role = Role::kUser;
+    m.content = input.get<std::string>();
+    messages.push_back(std::move(m));
+    return messages;
+  }
+  if (!input.is_array()) return wrongType("input", "a string or an array of input items", input);
+  if (static_cast<int64_t>(input.size()) > limits.max_messages) {
+    return invalidRequest("input", "invalid_value",
+                          "input may hold at most " + std::to_string(limits.max_messages) + " items, got " +
+                              std::to_string(input.size()));
+  }
+  messages.reserve(input.size());
+  for (size_t i = 0; i < input.size(); ++i) {
+    const json& item = input[i];
+    const std::string path = indexPath("input", i);
+    if (!item.is_object()) return wrongType(path, "an object", item);
+    FieldReader r(item, path);
+    std::string type = "message";  // an "easy input message" has a role and no type
+    r.string("type", type);
+    if (r.failed()) return r.takeError();
+    if (type == "message") {
+      ApiResult<ChatMessage> m = parseMessageItem(item, path);
+      if (!m) return m.error();
+      messages.push_back(std::move(*m));
+    } else if (type == "function_call" || type == "custom_tool_call") {
+      ApiResult<ToolCall> call = parseCallItem(item, path, type == "function_call" ? "arguments" : "input");
+      if (!call) return call.error();
+      appendCall(messages, std::move(*call));
+    } else if (type == "function_call_output" || type == "custom_tool_call_output") {
+      ApiResult<ChatMessage> m = parseCallOutputItem(item, path);
+      if (!m) return m.error();
+      messages.push_back(std::move(*m));
+    } else if (type == "reasoning") {
+      // Past reasoning is not shown to the model again (the DeepSeek templates
+      // drop it too); encrypted_content cannot be read by anyone but OpenAI.
+    } else if (isHostedItem(type)) {
+      addOnce(ignored, "input item " + type);
+    } else if (type == "item_reference") {
+      return invalidRequest(r.path("type"), "unsupported_value",
+                            "item_reference needs stored items, which this server does not keep; send the items");
+    } else {
+      return invalidRequest(r.path("type"), "invalid_value", path + " has an unknown item type '" + type + "'");
+    }
+  }
+  return messages;
+}
+
+ApiResult<ToolChoice> parseToolChoice(const json& v, std::vector<std::string>& ignored) {
+  ToolChoice choice;
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s == "auto") return choice;
+    if (s == "none") choice.mode = ToolChoice::Mode::kNone;
+    else if (s == "required") choice.mode = ToolChoice::Mode::kRequired;
+    else {
+      return invalidRequest("tool_choice", "invalid_value",
+                            "tool_choice must be 'none', 'auto', 'required' or an object, got '" + s + "'");
+    }
+    return choice;
+  }
+  if (!v.is_object()) return wrongType("tool_choice", "a string or an object", v);
+  FieldReader r(v, "tool_choice");
+  std::string type;
+  if (!r.string("type", type) && !r.failed()) r.missing("type");
+  if (r.failed()) return r.takeError();
+  if (type == "function") {
+    if (!r.string("name", choice.function) && !r.failed()) r.missing("name");
+    if (r.failed()) return r.takeError();
+    choice.mode = ToolChoice::Mode::kFunction;
+    return choice;
+  }
+  // A hosted tool, a custom tool or an allowed_tools list: this server cannot
+  // force those, so the model chooses.
+  addOnce(ignored, "tool_choice");
+  return choice;
+}
+
+}  // namespace
+
+ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const ParseLimits& limits) {
+  if (!body.is_object()) {
+    return invalidJsonBody("the request body must be a JSON object, got " + std::string(detail::typeName(body)));
+  }
+  FieldReader r(body, "");
+  ParsedResponsesRequest out;
+  out.sampling.default_max_tokens = limits.default_max_tokens;
+  json& echo = out.echo;
+  if (!r.string("model", out.model) && !r.failed()) r.missing("model");
+  if (r.failed()) return r.takeError();
+
+  for (std::string_view key : {"background", "conversation", "prompt"}) {
+    const json* v = r.find(key);
+    if (v == nullptr || (v->is_boolean() && !v->get<bool>())) continue;
+    return invalidRequest(std::string(key), "unsupported_parameter",
+                          std::string(key) + " is not supported by this server (it keeps no stored state)");
+  }
+
+  // instructions + input -> messages.
+  std::string instructions;
+  const bool has_instructions = r.string("instructions", instructions);
+  if (r.failed()) return r.takeError();
+  const json* input = r.find("input");
+  if (input == nullptr) {
+    r.missing("input");
+    return r.takeError();
+  }
+  ApiResult<std::vector<ChatMessage>> messages = parseInput(*input, limits, out.ignored);
+  if (!messages) return messages.error();
+  if (has_instructions) {
+    ChatMessage system;
+    system.role = Role::kSystem;
+    system.content = instructions;
+    out.prompt.messages.push_back(std::move(system));
+  }
+  for (ChatMessage& m : *messages) out.prompt.messages.push_back(std::move(m));
+  if (out.prompt.messages.empty()) {
+    return invalidRequest("input", "invalid_value", "input must contain at least one item the model can read");
+  }
+  echo["instructions"] = has_instructions ? json(instructions) : json(nullptr);
+
+  // Tools.
+  echo["tools"] = json::array();
+  if (const json* tools = r.find("tools")) {
+    if (!tools->is_array()) return wrongType("tools", "an array", *tools);
+    if (static_cast<int64_t>(tools->size()) > limits.max_tools) {
+      return invalidRequest("tools", "invalid_value",
+                            "tools may hold at most " + std::to_string(limits.max_tools) + " tools, got " +
+                                std::to_string(tools->size()));
+    }
+    for (size_t k = 0; k < tools->size(); ++k) {
+      const std::string path = indexPath("tools", k);
+      const json& tool = (*tools)[k];
+      if (!tool.is_object()) return wrongType(path, "an object", tool);
+      FieldReader t(tool, path);
+      std::string type;
+      if (!t.string("type", type) && !t.failed()) t.missing("type");
+      if (t.failed()) return t.takeError();
+      if (type == "function") {
+        ApiResult<FunctionTool> f = detail::readFunction(tool, path);
+        if (!f) return f.error();
+        out.prompt.tools.push_back(std::move(*f));
+      } else {
+        addOnce(out.hosted_tools, type);
+      }
+    }
+    echo["tools"] = *tools;
+  }
+  echo["tool_choice"] = "auto";
+  if (const json* choice = r.find("tool_choice")) {
+    ApiResult<ToolChoice> c = parseToolChoice(*choice, out.ignored);
+    if (!c) return c.error();
+    out.prompt.tool_choice = std::move(*c);
+    echo["tool_choice"] = *choice;
+  }
+  if (auto error = detail::checkToolChoice(out.prompt.tool_choice, out.prompt.tools, "tool_choice")) return *error;
+  r.boolean("parallel_tool_calls", out.prompt.parallel_tool_calls);
+  echo["parallel_tool_calls"] = out.prompt.parallel_tool_calls;
+
+  // text.format (and text.verbosity, accepted).
+  echo["text"] = json{{"format", json{{"type", "text"}}}};
+  if (const json* text = r.find("text")) {
+    if (!text->is_object()) return wrongType("text", "an object", *text);
+    if (auto it = text->find("format"); it != text->end() && !it->is_null()) {
+      ApiResult<ResponseFormat> f = detail::readResponseFormat(*it, "text.format");
+      if (!f) return f.error();
+      out.prompt.response_format = *f;
+    }
+    echo["text"] = *text;
+    if (!echo["text"].contains("format")) echo["text"]["format"] = json{{"type", "text"}};
+  }
+
+  // Sampling.
+  detail::readSampling(r, out.sampling, out.ignored);
+  detail::readMaxTokens(r, "max_output_tokens", 1, out.sampling);
+  int64_t top = 0;
+  if (r.integer("top_logprobs", top, 0, 20) && top > 0) addOnce(out.ignored, "top_logprobs");
+  int64_t max_tool_calls = 0;
+  r.integer("max_tool_calls", max_tool_calls, 0, INT32_MAX);
+  if (r.failed()) return r.takeError();
+  echo["temperature"] = r.find("temperature") ? *r.find("temperature") : json(1.0);
+  echo["top_p"] = r.find("top_p") ? *r.find("top_p") : json(1.0);
+  echo["max_output_tokens"] =
+      out.sampling.requested_max_tokens ? json(*out.sampling.requested_max_tokens) : json(nullptr);
+
+  // Bookkeeping the server may act on (store, previous_response_id) or that
+  // only changes OpenAI's own behaviour (reasoning, include, truncation).
+  r.boolean("stream", out.stream);
+  r.boolean("store", out.store);
+  echo["store"] = out.store;
+  std::string s;
+  if (r.string("previous_response_id", s)) out.previous_response_id = s;
+  echo["previous_response_id"] = out.previous_response_id ? json(*out.previous_response_id) : json(nullptr);
+  if (r.string("prompt_cache_key", out.prompt_cache_key)) echo["prompt_cache_key"] = out.prompt_cache_key;
+  echo["user"] = r.string("user", s) ? json(s) : json(nullptr);
+  r.string("safety_identifier", s);
+  r.string("service_tier", s);
+  echo["truncation"] = "disabled";
+  if (r.string("truncation", s)) {
+    if (s != "auto" && s != "disabled") {
+      return invalidRequest("truncation", "invalid_value", "truncation must be 'auto' or 'disabled', got '" + s + "'");
+    }
+    echo["truncation"] = s;
+  }
+  echo["reasoning"] = json{{"effort", nullptr}, {"summary", nullptr}};
+  if (const json* reasoning = r.find("reasoning")) {
+    if (!reasoning->is_object()) return wrongType("reasoning", "an object", *reasoning);
+    echo["reasoning"] = *reasoning;
+  }
+  if (const json* include = r.find("include")) {
+    if (!include->is_array()) return wrongType("include", "an array", *include);
+    for (size_t k = 0; k < include->size(); ++k) {
+      if (!(*include)[k].is_string()) return wrongType(indexPath("include", k), "a string", (*include)[k]);
+    }
+  }
+  echo["metadata"] = json::object();
+  if (const json* metadata = r.find("metadata")) {
+    if (!metadata->is_object()) return wrongType("metadata", "an object", *metadata);
+    echo["metadata"] = *metadata;
+  }
+  if (r.failed()) return r.takeError();
+  return out;
+}
+
+}  // namespace lg::proxy::openai

@@ -1,0 +1,87 @@
+// ResponsesResponder: a /v1/responses request's scheduler events as OpenAI's
+// `response` object, or as its stream of typed events, each with a
+// `sequence_number` counting from 0:
+//
+//   response.created, response.in_progress                       (start())
+//   per output item, in order:
+//     reasoning (the reply's <think> text, as a `reasoning` item with
+//     `reasoning_text` content):
+//       response.output_item.added, response.content_part.added,
+//       response.reasoning_text.delta..., response.reasoning_text.done,
+//       response.content_part.done, response.output_item.done
+//     message:
+//       response.output_item.added, response.content_part.added,
+//       response.output_text.delta..., response.output_text.done,
+//       response.content_part.done, response.output_item.done
+//     function_call (one per tool call, call_id "call_..."):
+//       response.output_item.added, response.function_call_arguments.delta...,
+//       response.function_call_arguments.done, response.output_item.done
+//   response.completed | response.incomplete (max_output_tokens) | response.failed
+//
+// The final response object carries `usage` (input_tokens,
+// input_tokens_details.cached_tokens, output_tokens,
+// output_tokens_details.reasoning_tokens, total_tokens) and repeats the
+// request's settings (ParsedResponsesRequest::echo). No `data: [DONE]`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proxy/openai/output_parser.h"
+#include "proxy/openai/responder.h"
+#include "proxy/openai/usage.h"
+
+namespace lg::proxy::openai {
+
+struct ResponsesResponderOptions {
+  ResponseMeta meta;  // id "resp_..."
+  bool stream = false;
+  nlohmann::json echo = nlohmann::json::object();  // ParsedResponsesRequest::echo
+  OutputParserOptions parser;
+  ParamNames params{"input", "max_output_tokens", "top_logprobs"};
+  RetryAfter retry;
+  UsageCostHook cost;
+};
+
+class ResponsesResponder {
+ public:
+  explicit ResponsesResponder(ResponsesResponderOptions options);
+
+  // Streaming: response.created and response.in_progress, to send as soon as
+  // the request is accepted (called by the first onEvent otherwise).
+  std::string start();
+
+  ResponderOutput onEvent(const serving::StreamEvent& event);
+
+  const std::string& id() const { return o_.meta.id; }
+
+ private:
+  enum class ItemKind : uint8_t { kNone, kReasoning, kMessage, kFunctionCall };
+
+  nlohmann::json responseObject(std::string_view status) const;
+  void emit(std::string_view type, nlohmann::json event);  // adds type + sequence_number, appends to out_
+  void apply(const std::vector<OutputPiece>& pieces);
+  void openItem(ItemKind kind, const OutputPiece* call);
+  void closeItem(bool complete);
+  void appendText(ItemKind kind, std::string_view text);
+
+  ResponsesResponderOptions o_;
+  DeepSeekOutputParser parser_;
+  bool started_ = false;
+  bool done_ = false;
+  int64_t sequence_ = 0;
+  std::string out_;  // SSE bytes of the event being handled
+  UsageCounts usage_;
+  nlohmann::json output_ = nlohmann::json::array();  // finished items
+  // The open item.
+  ItemKind open_ = ItemKind::kNone;
+  std::string item_id_;
+  std::string item_text_;  // its text or arguments so far
+  std::string call_id_, call_name_;
+  int32_t open_tool_index_ = -1;
+  bool called_tools_ = false;
+};
+
+}  // namespace lg::proxy::openai

@@ -1,0 +1,684 @@
+// Request parsing for the three endpoints: every accepted field, what is
+// ignored, and every refusal with the parameter it names.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "proxy/openai/chat_request.h"
+#include "proxy/openai/completion_request.h"
+#include "proxy/openai/json_body.h"
+#include "proxy/openai/responses_request.h"
+
+namespace lg::proxy::openai {
+namespace {
+
+using nlohmann::json;
+
+const ParseLimits kLimits;
+
+json chatBody(json extra = json::object()) {
+  json body = {{"model", "deepseek-chat"}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}};
+  for (auto& [k, v] : extra.items()) body[k] = v;
+  return body;
+}
+
+ParsedChatRequest chatOk(const json& body) {
+  ApiResult<ParsedChatRequest> r = parseChatCompletionRequest(body, kLimits);
+  EXPECT_TRUE(r.isOk()) << body.dump() << " -> " << (r.isOk() ? "" : r.error().message);
+  return r.isOk() ? std::move(*r) : ParsedChatRequest{};
+}
+
+struct ErrorCase {
+  std::string name;
+  json body;
+  std::string param;
+  std::string code;
+};
+
+void expectError(const ApiResult<ParsedChatRequest>& r, const ErrorCase& c) {
+  ASSERT_FALSE(r.isOk()) << c.name;
+  EXPECT_EQ(r.error().http_status, 400) << c.name;
+  EXPECT_EQ(r.error().type, "invalid_request_error") << c.name;
+  EXPECT_EQ(r.error().param, c.param) << c.name << ": " << r.error().message;
+  EXPECT_EQ(r.error().code, c.code) << c.name << ": " << r.error().message;
+  EXPECT_FALSE(r.error().message.empty());
+}
+
+// ---------------------------------------------------------------- chat
+
+TEST(ChatRequest, MinimalBodyGetsDefaults) {
+  ParsedChatRequest r = chatOk(chatBody());
+  EXPECT_EQ(r.model, "deepseek-chat");
+  ASSERT_EQ(r.prompt.messages.size(), 1u);
+  EXPECT_EQ(r.prompt.messages[0].role, Role::kUser);
+  EXPECT_EQ(r.prompt.messages[0].content, "Hi");
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.include_usage);
+  EXPECT_FALSE(r.sampling.requested_max_tokens.has_value());
+  EXPECT_EQ(r.sampling.default_max_tokens, 4096);
+  EXPECT_EQ(r.sampling.options.temperature, 1.0f);
+  EXPECT_EQ(r.sampling.options.top_p, 1.0f);
+  EXPECT_FALSE(r.sampling.options.seed.has_value());
+  EXPECT_TRUE(r.sampling.options.stop.empty());
+  EXPECT_FALSE(r.sampling.options.logprobs);
+  EXPECT_TRUE(r.prompt.tools.empty());
+  EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kAuto);
+  EXPECT_TRUE(r.prompt.parallel_tool_calls);
+  EXPECT_EQ(r.prompt.response_format, ResponseFormat::kText);
+  EXPECT_TRUE(r.ignored.empty());
+  EXPECT_EQ(r.params.prompt, "messages");
+  EXPECT_EQ(r.params.max_tokens, "max_tokens");
+}
+
+TEST(ChatRequest, EveryField) {
+  ParsedChatRequest r = chatOk(chatBody({{"stream", true},
+                                         {"stream_options", {{"include_usage", true}}},
+                                         {"max_tokens", 100},
+                                         {"temperature", 0.25},
+                                         {"top_p", 0.9},
+                                         {"top_k", 40},
+                                         {"stop", json::array({"\n\n", "END"})},
+                                         {"seed", 42},
+                                         {"logprobs", true},
+                                         {"top_logprobs", 5},
+                                         {"n", 1},
+                                         {"user", "u-1"},
+                                         {"prompt_cache_key", "k"},
+                                         {"frequency_penalty", 0},
+                                         {"presence_penalty", 0.0},
+                                         {"logit_bias", json::object()},
+                                         {"metadata", {{"a", "b"}}},
+                                         {"store", false},
+                                         {"service_tier", "auto"},
+                                         {"some_future_field", {{"x", 1}}}}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.sampling.requested_max_tokens, 100);
+  EXPECT_FLOAT_EQ(r.sampling.options.temperature, 0.25f);
+  EXPECT_FLOAT_EQ(r.sampling.options.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.options.top_k, 40);
+  EXPECT_EQ(r.sampling.options.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_EQ(r.sampling.options.seed, 42u);
+  EXPECT_TRUE(r.sampling.options.logprobs);
+  EXPECT_EQ(r.sampling.options.top_logprobs, 5);
+  EXPECT_FALSE(r.sampling.options.prompt_logprobs);
+  EXPECT_TRUE(r.ignored.empty()) << "zero penalties change nothing";
+}
+
+TEST(ChatRequest, MaxCompletionTokensIsAnAliasAndNamesErrors) {
+  ParsedChatRequest r = chatOk(chatBody({{"max_completion_tokens", 77}}));
+  EXPECT_EQ(r.sampling.requested_max_tokens, 77);
+  EXPECT_EQ(r.params.max_tokens, "max_completion_tokens");
+  r = chatOk(chatBody({{"max_tokens", 10}, {"max_completion_tokens", 20}}));
+  EXPECT_EQ(r.sampling.requested_max_tokens, 20);
+  r = chatOk(chatBody({{"max_tokens", nullptr}}));
+  EXPECT_FALSE(r.sampling.requested_max_tokens.has_value()) << "null is absent";
+  r = chatOk(chatBody({{"max_tokens", 50.0}}));
+  EXPECT_EQ(r.sampling.requested_max_tokens, 50) << "an integral number is an integer";
+}
+
+TEST(ChatRequest, StopAsAString) {
+  EXPECT_EQ(chatOk(chatBody({{"stop", "###"}})).sampling.options.stop, std::vector<std::string>{"###"});
+  EXPECT_TRUE(chatOk(chatBody({{"stop", ""}})).sampling.options.stop.empty());
+  EXPECT_TRUE(chatOk(chatBody({{"stop", nullptr}})).sampling.options.stop.empty());
+}
+
+TEST(ChatRequest, TopPZeroKeepsOnlyTheMostLikelyToken) {
+  const ParsedChatRequest r = chatOk(chatBody({{"top_p", 0}}));
+  EXPECT_GT(r.sampling.options.top_p, 0.0f);
+  EXPECT_LT(r.sampling.options.top_p, 1e-30f);
+}
+
+TEST(ChatRequest, NonZeroPenaltiesAndUnusedFeaturesAreListedAsIgnored) {
+  const ParsedChatRequest r = chatOk(chatBody(
+      {{"frequency_penalty", 0.5}, {"presence_penalty", -1}, {"reasoning_effort", "high"}, {"prediction", json::object()}}));
+  EXPECT_EQ(r.ignored,
+            (std::vector<std::string>{"frequency_penalty", "presence_penalty", "reasoning_effort", "prediction"}));
+}
+
+TEST(ChatRequest, RolesContentPartsAndToolMessages) {
+  json messages = json::array({
+      {{"role", "system"}, {"content", "You are terse."}},
+      {{"role", "developer"}, {"content", json::array({{{"type", "text"}, {"text", "Rule 1."}},
+                                                       {{"type", "text"}, {"text", "Rule 2."}}})}},
+      {{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "Weather in Paris?"}}})}, {"name", "bob"}},
+      {{"role", "assistant"},
+       {"content", nullptr},
+       {"tool_calls",
+        json::array({{{"id", "call_1"},
+                      {"type", "function"},
+                      {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}}}})}},
+      {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "22C"}},
+      {{"role", "assistant"}, {"content", json::array({{{"type", "text"}, {"text", "It is "}},
+                                                       {{"type", "refusal"}, {"refusal", "22C."}}})}},
+      {{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array({{{"id", "c2"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}})}},
+      {{"role", "assistant"}},
+  });
+  const ParsedChatRequest r = chatOk(chatBody({{"messages", messages}}));
+  const auto& m = r.prompt.messages;
+  ASSERT_EQ(m.size(), 8u);
+  EXPECT_EQ(m[0].role, Role::kSystem);
+  EXPECT_EQ(m[1].role, Role::kDeveloper);
+  EXPECT_EQ(m[1].content, "Rule 1.\nRule 2.") << "text parts are joined with a line break";
+  EXPECT_EQ(m[2].content, "Weather in Paris?");
+  EXPECT_EQ(m[3].role, Role::kAssistant);
+  EXPECT_FALSE(m[3].content.has_value());
+  ASSERT_EQ(m[3].tool_calls.size(), 1u);
+  EXPECT_EQ(m[3].tool_calls[0], (ToolCall{"call_1", "get_weather", "{\"city\":\"Paris\"}"}));
+  EXPECT_EQ(m[4].role, Role::kTool);
+  EXPECT_EQ(m[4].tool_call_id, "call_1");
+  EXPECT_EQ(m[4].content, "22C");
+  EXPECT_EQ(m[5].content, "It is \n22C.");
+  EXPECT_FALSE(m[6].content.has_value()) << "\"\" beside tool calls is no content";
+  EXPECT_EQ(m[7].content, "") << "an assistant turn with nothing is an empty reply";
+}
+
+TEST(ChatRequest, ToolsAndToolChoice) {
+  json tools = json::array({
+      {{"type", "function"},
+       {"function",
+        {{"name", "get_weather"},
+         {"description", "Current weather"},
+         {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}},
+         {"strict", true}}}},
+      {{"type", "function"}, {"function", {{"name", "now"}}}},
+  });
+  ParsedChatRequest r = chatOk(chatBody({{"tools", tools}, {"parallel_tool_calls", false}}));
+  ASSERT_EQ(r.prompt.tools.size(), 2u);
+  EXPECT_EQ(r.prompt.tools[0].name, "get_weather");
+  EXPECT_EQ(r.prompt.tools[0].description, "Current weather");
+  EXPECT_EQ(r.prompt.tools[0].parameters["properties"]["city"]["type"], "string");
+  EXPECT_TRUE(r.prompt.tools[1].parameters.is_null());
+  EXPECT_FALSE(r.prompt.parallel_tool_calls);
+  for (const auto& [choice, mode] : std::vector<std::pair<json, ToolChoice::Mode>>{
+           {"none", ToolChoice::Mode::kNone},
+           {"auto", ToolChoice::Mode::kAuto},
+           {"required", ToolChoice::Mode::kRequired},
+           {{{"type", "function"}, {"function", {{"name", "now"}}}}, ToolChoice::Mode::kFunction}}) {
+    r = chatOk(chatBody({{"tools", tools}, {"tool_choice", choice}}));
+    EXPECT_EQ(r.prompt.tool_choice.mode, mode) << choice.dump();
+  }
+  EXPECT_EQ(r.prompt.tool_choice.function, "now");
+  EXPECT_EQ(chatOk(chatBody({{"tool_choice", "none"}})).prompt.tool_choice.mode, ToolChoice::Mode::kNone)
+      << "none and auto need no tools";
+}
+
+TEST(ChatRequest, ResponseFormats) {
+  EXPECT_EQ(chatOk(chatBody({{"response_format", {{"type", "text"}}}})).prompt.response_format, ResponseFormat::kText);
+  EXPECT_EQ(chatOk(chatBody({{"response_format", {{"type", "json_object"}}}})).prompt.response_format,
+            ResponseFormat::kJsonObject);
+}
+
+TEST(ChatRequest, Refusals) {
+  const json user = {{"role", "user"}, {"content", "x"}};
+  auto withMessage = [&](json m) { return chatBody({{"messages", json::array({m})}}); };
+  const json tool = {{"type", "function"}, {"function", {{"name", "f"}}}};
+  const std::vector<ErrorCase> cases = {
+      {"no model", {{"messages", json::array({user})}}, "model", "missing_required_parameter"},
+      {"model not a string", chatBody({{"model", 3}}), "model", "invalid_type"},
+      {"no messages", {{"model", "m"}}, "messages", "missing_required_parameter"},
+      {"messages not an array", chatBody({{"messages", "hi"}}), "messages", "invalid_type"},
+      {"no message", chatBody({{"messages", json::array()}}), "messages", "invalid_value"},
+      {"message not an object", chatBody({{"messages", json::array({"hi"})}}), "messages[0]", "invalid_type"},
+      {"no role", withMessage({{"content", "x"}}), "messages[0].role", "missing_required_parameter"},
+      {"unknown role", withMessage({{"role", "bot"}, {"content", "x"}}), "messages[0].role", "invalid_value"},
+      {"function role", withMessage({{"role", "function"}, {"content", "x"}, {"name", "f"}}), "messages[0].role",
+       "unsupported_value"},
+      {"user without content", withMessage({{"role", "user"}}), "messages[0].content", "missing_required_parameter"},
+      {"user content null", withMessage({{"role", "user"}, {"content", nullptr}}), "messages[0].content",
+       "missing_required_parameter"},
+      {"content a number", withMessage({{"role", "user"}, {"content", 5}}), "messages[0].content", "invalid_type"},
+      {"image part",
+       withMessage({{"role", "user"},
+                    {"content", json::array({{{"type", "text"}, {"text", "look"}},
+                                             {{"type", "image_url"}, {"image_url", {{"url", "http://x/y.png"}}}}})}}),
+       "messages[0].content[1].type", "unsupported_value"},
+      {"audio part",
+       withMessage({{"role", "user"}, {"content", json::array({{{"type", "input_audio"}, {"input_audio", json::object()}}})}}),
+       "messages[0].content[0].type", "unsupported_value"},
+      {"file part", withMessage({{"role", "user"}, {"content", json::array({{{"type", "file"}}})}}),
+       "messages[0].content[0].type", "unsupported_value"},
+      {"unknown part", withMessage({{"role", "user"}, {"content", json::array({{{"type", "video"}}})}}),
+       "messages[0].content[0].type", "invalid_value"},
+      {"part without type", withMessage({{"role", "user"}, {"content", json::array({{{"text", "x"}}})}}),
+       "messages[0].content[0].type", "missing_required_parameter"},
+      {"text part without text", withMessage({{"role", "user"}, {"content", json::array({{{"type", "text"}}})}}),
+       "messages[0].content[0].text", "missing_required_parameter"},
+      {"text part text a number",
+       withMessage({{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", 1}}})}}),
+       "messages[0].content[0].text", "invalid_type"},
+      {"refusal part in a user message",
+       withMessage({{"role", "user"}, {"content", json::array({{{"type", "refusal"}, {"refusal", "no"}}})}}),
+       "messages[0].content[0].type", "invalid_value"},
+      {"tool_calls not an array", withMessage({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", "f"}}),
+       "messages[0].tool_calls", "invalid_type"},
+      {"tool call without id",
+       withMessage({{"role", "assistant"}, {"tool_calls", json::array({{{"function", {{"name", "f"}, {"arguments", "{}"}}}}})}}),
+       "messages[0].tool_calls[0].id", "missing_required_parameter"},
+      {"tool call without name",
+       withMessage({{"role", "assistant"}, {"tool_calls", json::array({{{"id", "c"}, {"function", {{"arguments", "{}"}}}}})}}),
+       "messages[0].tool_calls[0].function.name", "missing_required_parameter"},
+      {"tool call arguments an object",
+       withMessage({{"role", "assistant"},
+                    {"tool_calls", json::array({{{"id", "c"}, {"function", {{"name", "f"}, {"arguments", {{"a", 1}}}}}}})}}),
+       "messages[0].tool_calls[0].function.arguments", "invalid_type"},
+      {"tool call of another type",
+       withMessage({{"role", "assistant"}, {"tool_calls", json::array({{{"id", "c"}, {"type", "custom"}}})}}),
+       "messages[0].tool_calls[0].type", "unsupported_value"},
+      {"tool without tool_call_id", withMessage({{"role", "tool"}, {"content", "r"}}), "messages[0].tool_call_id",
+       "missing_required_parameter"},
+      {"prefix completion", withMessage({{"role", "assistant"}, {"content", "x"}, {"prefix", true}}),
+       "messages[0].prefix", "unsupported_parameter"},
+      {"temperature too high", chatBody({{"temperature", 2.5}}), "temperature", "invalid_value"},
+      {"temperature negative", chatBody({{"temperature", -0.1}}), "temperature", "invalid_value"},
+      {"temperature a string", chatBody({{"temperature", "hot"}}), "temperature", "invalid_type"},
+      {"top_p above 1", chatBody({{"top_p", 1.5}}), "top_p", "invalid_value"},
+      {"n = 2", chatBody({{"n", 2}}), "n", "unsupported_value"},
+      {"n = 0", chatBody({{"n", 0}}), "n", "integer_below_min_value"},
+      {"top_logprobs without logprobs", chatBody({{"top_logprobs", 2}}), "top_logprobs", "invalid_value"},
+      {"top_logprobs 21", chatBody({{"logprobs", true}, {"top_logprobs", 21}}), "top_logprobs",
+       "integer_above_max_value"},
+      {"logprobs a string", chatBody({{"logprobs", "yes"}}), "logprobs", "invalid_type"},
+      {"max_tokens 0", chatBody({{"max_tokens", 0}}), "max_tokens", "integer_below_min_value"},
+      {"max_tokens 1.5", chatBody({{"max_tokens", 1.5}}), "max_tokens", "invalid_type"},
+      {"max_completion_tokens -1", chatBody({{"max_completion_tokens", -1}}), "max_completion_tokens",
+       "integer_below_min_value"},
+      {"seed a string", chatBody({{"seed", "1"}}), "seed", "invalid_type"},
+      {"five stop strings", chatBody({{"stop", json::array({"a", "b", "c", "d", "e"})}}), "stop", "invalid_value"},
+      {"stop of numbers", chatBody({{"stop", json::array({1})}}), "stop[0]", "invalid_type"},
+      {"empty stop string in a list", chatBody({{"stop", json::array({"a", ""})}}), "stop[1]", "invalid_value"},
+      {"stop an object", chatBody({{"stop", json::object()}}), "stop", "invalid_type"},
+      {"stream a string", chatBody({{"stream", "true"}}), "stream", "invalid_type"},
+      {"stream_options not an object", chatBody({{"stream", true}, {"stream_options", true}}), "stream_options",
+       "invalid_type"},
+      {"include_usage a string", chatBody({{"stream", true}, {"stream_options", {{"include_usage", "yes"}}}}),
+       "stream_options.include_usage", "invalid_type"},
+      {"tools not an array", chatBody({{"tools", tool}}), "tools", "invalid_type"},
+      {"custom tool", chatBody({{"tools", json::array({{{"type", "custom"}, {"custom", {{"name", "x"}}}}})}}),
+       "tools[0].type", "unsupported_value"},
+      {"tool without function", chatBody({{"tools", json::array({{{"type", "function"}}})}}), "tools[0].function",
+       "missing_required_parameter"},
+      {"tool without name", chatBody({{"tools", json::array({{{"type", "function"}, {"function", json::object()}}})}}),
+       "tools[0].function.name", "missing_required_parameter"},
+      {"tool name with a space",
+       chatBody({{"tools", json::array({{{"type", "function"}, {"function", {{"name", "get weather"}}}}})}}),
+       "tools[0].function.name", "invalid_value"},
+      {"tool name too long",
+       chatBody({{"tools", json::array({{{"type", "function"}, {"function", {{"name", std::string(65, 'a')}}}}})}}),
+       "tools[0].function.name", "invalid_value"},
+      {"parameters not an object",
+       chatBody({{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", "{}"}}}}})}}),
+       "tools[0].function.parameters", "invalid_type"},
+      {"unknown tool_choice", chatBody({{"tools", json::array({tool})}, {"tool_choice", "sometimes"}}), "tool_choice",
+       "invalid_value"},
+      {"tool_choice names another function",
+       chatBody({{"tools", json::array({tool})}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}}),
+       "tool_choice", "invalid_value"},
+      {"required without tools", chatBody({{"tool_choice", "required"}}), "tool_choice", "invalid_value"},
+      {"tool_choice a number", chatBody({{"tool_choice", 1}}), "tool_choice", "invalid_type"},
+      {"parallel_tool_calls a string", chatBody({{"parallel_tool_calls", "no"}}), "parallel_tool_calls",
+       "invalid_type"},
+      {"json_schema", chatBody({{"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}),
+       "response_format.type", "unsupported_value"},
+      {"response_format without type", chatBody({{"response_format", json::object()}}), "response_format.type",
+       "missing_required_parameter"},
+      {"logit_bias", chatBody({{"logit_bias", {{"50256", -100}}}}), "logit_bias", "unsupported_parameter"},
+      {"frequency_penalty 3", chatBody({{"frequency_penalty", 3}}), "frequency_penalty", "invalid_value"},
+      {"audio", chatBody({{"audio", {{"voice", "alloy"}}}}), "audio", "unsupported_parameter"},
+      {"audio modality", chatBody({{"modalities", json::array({"text", "audio"})}}), "modalities[1]",
+       "unsupported_value"},
+  };
+  for (const ErrorCase& c : cases) expectError(parseChatCompletionRequest(c.body, kLimits), c);
+}
+
+TEST(ChatRequest, BodyMustBeAnObject) {
+  ApiResult<ParsedChatRequest> r = parseChatCompletionRequest(json::array(), kLimits);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.error().code, "invalid_json");
+}
+
+TEST(ChatRequest, MessageCountLimit) {
+  ParseLimits limits;
+  limits.max_messages = 2;
+  json messages = json::array();
+  for (int i = 0; i < 3; ++i) messages.push_back({{"role", "user"}, {"content", "x"}});
+  ApiResult<ParsedChatRequest> r = parseChatCompletionRequest(chatBody({{"messages", messages}}), limits);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.error().param, "messages");
+}
+
+// ---------------------------------------------------------------- JSON body
+
+TEST(JsonBody, ParsesObjectsAndRefusesTheRest) {
+  EXPECT_TRUE(parseJsonBody(R"({"model": "m", "x": [1, {"y": "[[[["}]})", kLimits).isOk());
+  for (std::string_view bad : {"", "{", "[1, 2]", "\"s\"", "{\"a\": 1,}", "{\"a\": \"\xff\"}"}) {
+    ApiResult<json> r = parseJsonBody(bad, kLimits);
+    ASSERT_FALSE(r.isOk()) << bad;
+    EXPECT_EQ(r.error().http_status, 400);
+    EXPECT_EQ(r.error().code, "invalid_json");
+  }
+  std::string deep = "{\"a\": " + std::string(1000, '[') + std::string(1000, ']') + "}";
+  ApiResult<json> r = parseJsonBody(deep, kLimits);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.error().message.find("64 levels"), std::string::npos);
+  std::string ok = "{\"a\": " + std::string(60, '[') + std::string(60, ']') + "}";
+  EXPECT_TRUE(parseJsonBody(ok, kLimits).isOk());
+}
+
+// ---------------------------------------------------------------- completions
+
+json completionBody(json extra = json::object()) {
+  json body = {{"model", "m"}, {"prompt", "Once upon a time"}};
+  for (auto& [k, v] : extra.items()) body[k] = v;
+  return body;
+}
+
+ParsedCompletionRequest completionOk(const json& body) {
+  ApiResult<ParsedCompletionRequest> r = parseCompletionRequest(body, kLimits);
+  EXPECT_TRUE(r.isOk()) << body.dump() << " -> " << (r.isOk() ? "" : r.error().message);
+  return r.isOk() ? std::move(*r) : ParsedCompletionRequest{};
+}
+
+TEST(CompletionRequest, PromptShapes) {
+  ParsedCompletionRequest r = completionOk(completionBody());
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_FALSE(r.prompts[0].is_ids);
+  EXPECT_EQ(r.prompts[0].text, "Once upon a time");
+  EXPECT_EQ(r.sampling.default_max_tokens, 16) << "OpenAI's default for /v1/completions";
+
+  r = completionOk(completionBody({{"prompt", json::array({"a", "b", "c"})}}));
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[2].text, "c");
+
+  r = completionOk(completionBody({{"prompt", json::array({1, 2, 3})}}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_TRUE(r.prompts[0].is_ids);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
+
+  r = completionOk(completionBody({{"prompt", json::array({json::array({1, 2}), json::array({3})})}}));
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].ids, std::vector<int32_t>{3});
+}
+
+TEST(CompletionRequest, EchoLogprobsAndScoring) {
+  ParsedCompletionRequest r =
+      completionOk(completionBody({{"echo", true}, {"logprobs", 3}, {"max_tokens", 0}, {"seed", 7}, {"stop", "\n"}}));
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_TRUE(r.sampling.options.logprobs);
+  EXPECT_EQ(r.sampling.options.top_logprobs, 3);
+  EXPECT_TRUE(r.sampling.options.prompt_logprobs);
+  EXPECT_EQ(r.sampling.requested_max_tokens, 0);
+  EXPECT_EQ(r.sampling.options.seed, 7u);
+  EXPECT_EQ(r.sampling.options.stop, std::vector<std::string>{"\n"});
+
+  r = completionOk(completionBody({{"logprobs", 0}, {"stream", true}, {"stream_options", {{"include_usage", true}}},
+                                   {"suffix", ""}, {"best_of", 1}, {"n", 1}, {"user", "u"}}));
+  EXPECT_EQ(r.logprobs, 0);
+  EXPECT_FALSE(r.sampling.options.prompt_logprobs);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+}
+
+TEST(CompletionRequest, Refusals) {
+  const std::vector<ErrorCase> cases = {
+      {"no prompt", {{"model", "m"}}, "prompt", "missing_required_parameter"},
+      {"prompt a number", completionBody({{"prompt", 5}}), "prompt", "invalid_type"},
+      {"empty list", completionBody({{"prompt", json::array()}}), "prompt", "invalid_value"},
+      {"mixed strings and ids", completionBody({{"prompt", json::array({"a", 1})}}), "prompt[1]", "invalid_type"},
+      {"ids then a string", completionBody({{"prompt", json::array({1, "a"})}}), "prompt[1]", "invalid_type"},
+      {"negative id", completionBody({{"prompt", json::array({-1})}}), "prompt[0]", "integer_below_min_value"},
+      {"fractional id", completionBody({{"prompt", json::array({1.5})}}), "prompt[0]", "invalid_type"},
+      {"empty id list", completionBody({{"prompt", json::array({json::array({1}), json::array()})}}), "prompt[1]",
+       "invalid_value"},
+      {"list of objects", completionBody({{"prompt", json::array({json::object()})}}), "prompt[0]", "invalid_type"},
+      {"suffix", completionBody({{"suffix", "end"}}), "suffix", "unsupported_parameter"},
+      {"n = 2", completionBody({{"n", 2}}), "n", "unsupported_value"},
+      {"best_of = 3", completionBody({{"best_of", 3}}), "best_of", "unsupported_value"},
+      {"logprobs 6", completionBody({{"logprobs", 6}}), "logprobs", "integer_above_max_value"},
+      {"logprobs true", completionBody({{"logprobs", true}}), "logprobs", "invalid_type"},
+      {"max_tokens 0 without echo", completionBody({{"max_tokens", 0}}), "max_tokens", "integer_below_min_value"},
+      {"max_tokens 0 with echo only", completionBody({{"max_tokens", 0}, {"echo", true}}), "max_tokens",
+       "integer_below_min_value"},
+      {"echo a string", completionBody({{"echo", "yes"}}), "echo", "invalid_type"},
+      {"temperature 9", completionBody({{"temperature", 9}}), "temperature", "invalid_value"},
+  };
+  for (const ErrorCase& c : cases) {
+    ApiResult<ParsedCompletionRequest> r = parseCompletionRequest(c.body, kLimits);
+    ASSERT_FALSE(r.isOk()) << c.name;
+    EXPECT_EQ(r.error().param, c.param) << c.name << ": " << r.error().message;
+    EXPECT_EQ(r.error().code, c.code) << c.name << ": " << r.error().message;
+  }
+  ParseLimits limits;
+  limits.max_completion_prompts = 2;
+  ApiResult<ParsedCompletionRequest> r =
+      parseCompletionRequest(completionBody({{"prompt", json::array({"a", "b", "c"})}}), limits);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.error().param, "prompt");
+}
+
+// ---------------------------------------------------------------- responses
+
+json responsesBody(json extra = json::object()) {
+  json body = {{"model", "deepseek-chat"}, {"input", "Hello"}};
+  for (auto& [k, v] : extra.items()) body[k] = v;
+  return body;
+}
+
+ParsedResponsesRequest responsesOk(const json& body) {
+  ApiResult<ParsedResponsesRequest> r = parseResponsesRequest(body, kLimits);
+  EXPECT_TRUE(r.isOk()) << body.dump() << " -> " << (r.isOk() ? "" : r.error().message);
+  return r.isOk() ? std::move(*r) : ParsedResponsesRequest{};
+}
+
+TEST(ResponsesRequest, StringInputAndDefaults) {
+  const ParsedResponsesRequest r = responsesOk(responsesBody());
+  ASSERT_EQ(r.prompt.messages.size(), 1u);
+  EXPECT_EQ(r.prompt.messages[0].role, Role::kUser);
+  EXPECT_EQ(r.prompt.messages[0].content, "Hello");
+  EXPECT_TRUE(r.store);
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.previous_response_id.has_value());
+  EXPECT_EQ(r.params.prompt, "input");
+  EXPECT_EQ(r.params.max_tokens, "max_output_tokens");
+  EXPECT_EQ(r.echo["instructions"], nullptr);
+  EXPECT_EQ(r.echo["tools"], json::array());
+  EXPECT_EQ(r.echo["tool_choice"], "auto");
+  EXPECT_EQ(r.echo["temperature"], 1.0);
+  EXPECT_EQ(r.echo["top_p"], 1.0);
+  EXPECT_EQ(r.echo["text"], (json{{"format", {{"type", "text"}}}}));
+  EXPECT_EQ(r.echo["truncation"], "disabled");
+  EXPECT_EQ(r.echo["store"], true);
+  EXPECT_EQ(r.echo["parallel_tool_calls"], true);
+}
+
+// The shape of a Codex CLI request (npm @openai/codex, "responses" wire API):
+// long instructions, a developer message, function tools beside hosted ones,
+// store: false, reasoning, include of encrypted reasoning, a cache key, and a
+// previous turn replayed as items (reasoning, function_call, its output).
+json codexBody() {
+  const std::string instructions = "You are Codex, a coding agent. " + std::string(40000, 'x');
+  return {
+      {"model", "deepseek-chat"},
+      {"instructions", instructions},
+      {"input",
+       json::array({
+           {{"type", "message"}, {"role", "developer"},
+            {"content", json::array({{{"type", "input_text"}, {"text", "<permissions>workspace-write</permissions>"}}})}},
+           {{"type", "message"}, {"role", "user"},
+            {"content", json::array({{{"type", "input_text"}, {"text", "<environment_context>cwd=/repo</environment_context>"}}})}},
+           {{"type", "message"}, {"role", "user"},
+            {"content", json::array({{{"type", "input_text"}, {"text", "List the files."}}})}},
+           {{"type", "reasoning"}, {"id", "rs_1"}, {"summary", json::array()}, {"encrypted_content", "gAAAA..."}},
+           {{"type", "function_call"}, {"id", "fc_1"}, {"call_id", "call_a"}, {"name", "shell"},
+            {"arguments", "{\"command\":[\"ls\"]}"}},
+           {{"type", "function_call"}, {"call_id", "call_b"}, {"name", "shell"}, {"arguments", "{\"command\":[\"pwd\"]}"}},
+           {{"type", "function_call_output"}, {"call_id", "call_a"}, {"output", "README.md\nsrc"}},
+           {{"type", "function_call_output"}, {"call_id", "call_b"}, {"output", "/repo"}},
+           {{"type", "message"}, {"role", "assistant"},
+            {"content", json::array({{{"type", "output_text"}, {"text", "Two files."}, {"annotations", json::array()}}})}},
+           {{"role", "user"}, {"content", "Now run the tests."}},
+           {{"type", "local_shell_call"}, {"call_id", "x"}, {"action", json::object()}},
+       })},
+      {"tools",
+       json::array({
+           {{"type", "function"}, {"name", "shell"}, {"description", "Runs a shell command."}, {"strict", false},
+            {"parameters", {{"type", "object"}, {"properties", {{"command", {{"type", "array"}}}}}, {"required", json::array({"command"})}}}},
+           {{"type", "function"}, {"name", "update_plan"}, {"description", "Updates the plan."},
+            {"parameters", {{"type", "object"}, {"properties", json::object()}}}},
+           {{"type", "web_search"}},
+           {{"type", "local_shell"}},
+           {{"type", "web_search"}},
+           {{"type", "mcp"}, {"server_label", "x"}},
+       })},
+      {"tool_choice", "auto"},
+      {"parallel_tool_calls", false},
+      {"reasoning", {{"effort", "medium"}, {"summary", "auto"}}},
+      {"store", false},
+      {"stream", true},
+      {"include", json::array({"reasoning.encrypted_content"})},
+      {"prompt_cache_key", "0198-session"},
+      {"text", {{"verbosity", "medium"}}},
+  };
+}
+
+TEST(ResponsesRequest, CodexRequest) {
+  const json body = codexBody();
+  const ParsedResponsesRequest r = responsesOk(body);
+  EXPECT_TRUE(r.stream);
+  EXPECT_FALSE(r.store);
+  EXPECT_EQ(r.prompt_cache_key, "0198-session");
+  EXPECT_FALSE(r.prompt.parallel_tool_calls);
+  EXPECT_EQ(r.hosted_tools, (std::vector<std::string>{"web_search", "local_shell", "mcp"}));
+  EXPECT_EQ(r.ignored, std::vector<std::string>{"input item local_shell_call"});
+  ASSERT_EQ(r.prompt.tools.size(), 2u);
+  EXPECT_EQ(r.prompt.tools[0].name, "shell");
+  EXPECT_EQ(r.prompt.tools[0].parameters["required"], json::array({"command"}));
+
+  const auto& m = r.prompt.messages;
+  ASSERT_EQ(m.size(), 9u);
+  EXPECT_EQ(m[0].role, Role::kSystem);
+  EXPECT_EQ(m[0].content, body["instructions"].get<std::string>());
+  EXPECT_EQ(m[1].role, Role::kDeveloper);
+  EXPECT_EQ(m[2].role, Role::kUser);
+  EXPECT_EQ(m[3].content, "List the files.");
+  EXPECT_EQ(m[4].role, Role::kAssistant) << "the reasoning item is skipped; the two calls form one turn";
+  EXPECT_FALSE(m[4].content.has_value());
+  ASSERT_EQ(m[4].tool_calls.size(), 2u);
+  EXPECT_EQ(m[4].tool_calls[0], (ToolCall{"call_a", "shell", "{\"command\":[\"ls\"]}"}));
+  EXPECT_EQ(m[4].tool_calls[1].id, "call_b");
+  EXPECT_EQ(m[5].role, Role::kTool);
+  EXPECT_EQ(m[5].tool_call_id, "call_a");
+  EXPECT_EQ(m[5].content, "README.md\nsrc");
+  EXPECT_EQ(m[6].tool_call_id, "call_b");
+  EXPECT_EQ(m[7].role, Role::kAssistant);
+  EXPECT_EQ(m[7].content, "Two files.");
+  EXPECT_EQ(m[8].role, Role::kUser) << "an easy input message: a role, no type";
+  EXPECT_EQ(m[8].content, "Now run the tests.");
+}
+
+TEST(ResponsesRequest, EchoRepeatsTheRequestSettings) {
+  json body = codexBody();
+  body["temperature"] = 0.3;
+  body["max_output_tokens"] = 500;
+  body["previous_response_id"] = "resp_prev";
+  body["metadata"] = {{"k", "v"}};
+  body["truncation"] = "auto";
+  const ParsedResponsesRequest r = responsesOk(body);
+  EXPECT_EQ(r.echo["instructions"], body["instructions"]);
+  EXPECT_EQ(r.echo["tools"], body["tools"]) << "hosted tools are echoed as sent";
+  EXPECT_EQ(r.echo["temperature"], 0.3);
+  EXPECT_EQ(r.echo["max_output_tokens"], 500);
+  EXPECT_EQ(r.echo["previous_response_id"], "resp_prev");
+  EXPECT_EQ(r.echo["reasoning"], body["reasoning"]);
+  EXPECT_EQ(r.echo["store"], false);
+  EXPECT_EQ(r.echo["metadata"], body["metadata"]);
+  EXPECT_EQ(r.echo["truncation"], "auto");
+  EXPECT_EQ(r.echo["parallel_tool_calls"], false);
+  EXPECT_EQ(r.echo["prompt_cache_key"], "0198-session");
+  EXPECT_EQ(r.echo["text"]["format"]["type"], "text");
+  EXPECT_EQ(r.previous_response_id, "resp_prev");
+  EXPECT_EQ(r.sampling.requested_max_tokens, 500);
+}
+
+TEST(ResponsesRequest, ToolChoiceFormatsAndCustomCalls) {
+  json tools = json::array({{{"type", "function"}, {"name", "f"}}});
+  ParsedResponsesRequest r = responsesOk(responsesBody(
+      {{"tools", tools}, {"tool_choice", {{"type", "function"}, {"name", "f"}}}, {"text", {{"format", {{"type", "json_object"}}}}}}));
+  EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kFunction);
+  EXPECT_EQ(r.prompt.tool_choice.function, "f");
+  EXPECT_EQ(r.prompt.response_format, ResponseFormat::kJsonObject);
+  r = responsesOk(responsesBody({{"tools", tools}, {"tool_choice", {{"type", "web_search_preview"}}}}));
+  EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kAuto);
+  EXPECT_EQ(r.ignored, std::vector<std::string>{"tool_choice"});
+  r = responsesOk(responsesBody(
+      {{"input", json::array({{{"type", "custom_tool_call"}, {"call_id", "c"}, {"name", "apply_patch"}, {"input", "*** Begin Patch"}},
+                              {{"type", "custom_tool_call_output"}, {"call_id", "c"}, {"output", "Done"}}})}}));
+  ASSERT_EQ(r.prompt.messages.size(), 2u);
+  EXPECT_EQ(r.prompt.messages[0].tool_calls[0].arguments, "*** Begin Patch");
+  EXPECT_EQ(r.prompt.messages[1].content, "Done");
+  r = responsesOk(responsesBody({{"top_logprobs", 3}, {"background", false}}));
+  EXPECT_EQ(r.ignored, std::vector<std::string>{"top_logprobs"});
+}
+
+TEST(ResponsesRequest, Refusals) {
+  auto withInput = [](json input) { return responsesBody({{"input", input}}); };
+  const std::vector<ErrorCase> cases = {
+      {"no input", {{"model", "m"}}, "input", "missing_required_parameter"},
+      {"input a number", withInput(3), "input", "invalid_type"},
+      {"item not an object", withInput(json::array({"hi"})), "input[0]", "invalid_type"},
+      {"unknown item type", withInput(json::array({{{"type", "magic"}}})), "input[0].type", "invalid_value"},
+      {"item_reference", withInput(json::array({{{"type", "item_reference"}, {"id", "msg_1"}}})), "input[0].type",
+       "unsupported_value"},
+      {"tool role", withInput(json::array({{{"role", "tool"}, {"content", "x"}}})), "input[0].role", "invalid_value"},
+      {"message without content", withInput(json::array({{{"role", "user"}}})), "input[0].content",
+       "missing_required_parameter"},
+      {"image part",
+       withInput(json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_image"}, {"image_url", "x"}}})}}})),
+       "input[0].content[0].type", "unsupported_value"},
+      {"file part",
+       withInput(json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_file"}, {"file_id", "f"}}})}}})),
+       "input[0].content[0].type", "unsupported_value"},
+      {"function_call without call_id",
+       withInput(json::array({{{"type", "function_call"}, {"name", "f"}, {"arguments", "{}"}}})), "input[0].call_id",
+       "missing_required_parameter"},
+      {"function_call arguments an object",
+       withInput(json::array({{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}, {"arguments", json::object()}}})),
+       "input[0].arguments", "invalid_type"},
+      {"function_call_output without output", withInput(json::array({{{"type", "function_call_output"}, {"call_id", "c"}}})),
+       "input[0].output", "missing_required_parameter"},
+      {"only skipped items", withInput(json::array({{{"type", "reasoning"}, {"summary", json::array()}}})), "input",
+       "invalid_value"},
+      {"background", responsesBody({{"background", true}}), "background", "unsupported_parameter"},
+      {"prompt template", responsesBody({{"prompt", {{"id", "pmpt_1"}}}}), "prompt", "unsupported_parameter"},
+      {"conversation", responsesBody({{"conversation", "conv_1"}}), "conversation", "unsupported_parameter"},
+      {"tool without type", responsesBody({{"tools", json::array({{{"name", "f"}}})}}), "tools[0].type",
+       "missing_required_parameter"},
+      {"function tool bad name", responsesBody({{"tools", json::array({{{"type", "function"}, {"name", "a.b"}}})}}),
+       "tools[0].name", "invalid_value"},
+      {"function tool without name", responsesBody({{"tools", json::array({{{"type", "function"}}})}}),
+       "tools[0].name", "missing_required_parameter"},
+      {"json_schema", responsesBody({{"text", {{"format", {{"type", "json_schema"}, {"name", "x"}, {"schema", json::object()}}}}}}),
+       "text.format.type", "unsupported_value"},
+      {"truncation", responsesBody({{"truncation", "middle"}}), "truncation", "invalid_value"},
+      {"max_output_tokens 0", responsesBody({{"max_output_tokens", 0}}), "max_output_tokens",
+       "integer_below_min_value"},
+      {"instructions a list", responsesBody({{"instructions", json::array()}}), "instructions", "invalid_type"},
+      {"tool_choice function not among tools", responsesBody({{"tool_choice", {{"type", "function"}, {"name", "f"}}}}),
+       "tool_choice", "invalid_value"},
+      {"include of numbers", responsesBody({{"include", json::array({1})}}), "include[0]", "invalid_type"},
+      {"reasoning a string", responsesBody({{"reasoning", "high"}}), "reasoning", "invalid_type"},
+  };
+  for (const ErrorCase& c : cases) {
+    ApiResult<ParsedResponsesRequest> r = parseResponsesRequest(c.body, kLimits);
+    ASSERT_FALSE(r.isOk()) << c.name;
+    EXPECT_EQ(r.error().http_status, 400) << c.name;
+    EXPECT_EQ(r.error().param, c.param) << c.name << ": " << r.error().message;
+    EXPECT_EQ(r.error().code, c.code) << c.name << ": " << r.error().message;
+  }
+}
+
+}  // namespace
+}  // namespace lg::proxy::openai
