@@ -17,8 +17,13 @@
 // logged and the connection is closed rather than sending a malformed
 // response.
 //
-// Thread-safety: every method may be called from any thread. Calls are
-// posted to the connection's strand in the order each thread makes them.
+// Thread-safety: every method may be called from any thread. Calls made on
+// the connection's own I/O thread (inside the handler, or inside an
+// onDisconnect callback) take effect at once; calls from other threads are
+// posted to the connection's strand in the order each thread makes them. So a
+// handler may hand the exchange to a producer thread and only then call
+// startStream(): the start still reaches the connection before anything the
+// producer sends.
 // Ownership: a shared_ptr; the handler and the producer may keep it as long
 // as they like; it keeps the connection's resources only until the exchange
 // completes or disconnects.
@@ -56,9 +61,10 @@ class Exchange {
   virtual void end() = 0;
 
   // `callback` runs once, on the connection's I/O thread, if the exchange
-  // disconnects before its response was completely written; at once, on the
-  // calling thread, if it already has. It must not block (cancel the
-  // generation and return). A second call replaces the first callback.
+  // disconnects before its response was completely written (possibly inside
+  // an Exchange call made on that thread); at once, on the calling thread, if
+  // it already has. It must not block (cancel the generation and return). A
+  // second call replaces the first callback.
   virtual void onDisconnect(std::function<void()> callback) = 0;
   // True once the exchange disconnected (from any thread).
   virtual bool disconnected() const = 0;

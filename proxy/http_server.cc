@@ -217,12 +217,22 @@ class ExchangeImpl final : public Exchange, public std::enable_shared_from_this<
   }
 
  private:
+  // On the connection's own strand (the handler, an onDisconnect callback)
+  // the call takes effect at once, so it is ordered before anything another
+  // thread posts meanwhile; from any other thread it is posted.
   template <typename F>
   void post(F&& f) {
     std::shared_lock lock(guard_->mu);
     if (!guard_->open) return;
     std::shared_ptr<ConnectionBase> c = connection_.lock();
     if (!c) return;  // closed: the exchange completed or disconnected
+    if (c->strand().running_in_this_thread()) {
+      // The io_context runs this very thread, so it cannot go away; unlock
+      // first, as what runs inline may call back into an Exchange.
+      lock.unlock();
+      f(*c);
+      return;
+    }
     const Strand strand = c->strand();
     net::post(strand, [c = std::move(c), f = std::forward<F>(f)]() mutable { f(*c); });
   }

@@ -85,6 +85,19 @@ class HttpServerTest : public ::testing::Test {
     router_.add("POST", "/echo", [](const HttpRequest& r, std::shared_ptr<Exchange> ex) {
       ex->respond(200, {{"content-type", "application/octet-stream"}}, r.body);
     });
+    // The producer is handed the exchange (and sends at once) before the
+    // handler starts the stream: the handler's own call still comes first.
+    router_.add("GET", "/start-late", [this](const HttpRequest&, std::shared_ptr<Exchange> ex) {
+      auto sent = std::make_shared<std::promise<void>>();
+      auto sent_future = sent->get_future();
+      spawn([ex, sent] {
+        ex->send("data: early\n\n");
+        ex->end();
+        sent->set_value();
+      });
+      sent_future.wait();  // (a real handler never blocks; this forces the race's worst order)
+      ex->startStream(200, {{"content-type", "text/event-stream"}});
+    });
     router_.add("GET", "/throws", [](const HttpRequest&, std::shared_ptr<Exchange>) {
       throw std::runtime_error("secret internal detail /etc/passwd");
     });
@@ -291,6 +304,13 @@ TEST_F(HttpServerTest, StreamsServerSentEventsFromAnotherThread) {
   // The connection is kept: another request on it.
   ASSERT_TRUE(c->send("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"));
   EXPECT_NE(c->readUntil("{\"status\":\"ok\"}", 5s).find("{\"status\":\"ok\"}"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, TheHandlersOwnCallsComeBeforeAProducersEvenWhenLater) {
+  start(options());
+  auto r = curl({"-N", url("/start-late")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "data: early\n\n");
 }
 
 TEST_F(HttpServerTest, AClientThatLeavesMidStreamIsNoticedAtOnce) {
