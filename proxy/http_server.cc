@@ -353,6 +353,7 @@ class Connection final : public ConnectionBase {
     if (exchange_.get() != &exchange) return;  // completed or disconnected: ignored
     if (phase_ != Phase::kHandling) return misuse("respond() after the response started");
     phase_ = Phase::kResponding;
+    setDeadline(Deadline::kWrite, Clock::now() + server_.options.write_timeout);
     close_after_ = !keep_alive_ || draining_;
     writeHead(status, headers, hasNoBody(status) ? std::optional<size_t>() : body.size());
     if (!head_request_ && !hasNoBody(status) && !body.empty()) queue(std::move(body));
@@ -366,7 +367,8 @@ class Connection final : public ConnectionBase {
     // HTTP/1.0 has no chunked encoding: the body ends when the connection does.
     chunked_ = version_ >= 11;
     close_after_ = !keep_alive_ || draining_ || !chunked_;
-    setDeadline(Deadline::kNone, {});  // a stream has no total time; writes have theirs
+    // A stream has no total time; each write has its own.
+    setDeadline(Deadline::kWrite, Clock::now() + server_.options.write_timeout);
     writeHead(status, headers, std::nullopt);
     flush();
   }
@@ -451,6 +453,7 @@ class Connection final : public ConnectionBase {
         return;
       case Deadline::kHandshake:
       case Deadline::kFirstByte:
+        if (phase_ != Phase::kHandshake && phase_ != Phase::kRequest) return;
         // Nothing of a request arrived: nobody to answer. On a fresh
         // connection this is a client too slow to start; on a kept-alive one,
         // plain idleness.
@@ -458,10 +461,12 @@ class Connection final : public ConnectionBase {
         return close();
       case Deadline::kHeader:
       case Deadline::kBody:
+        if (phase_ != Phase::kRequest) return;
         server_.counters.header_timeouts.fetch_add(1);
         proxyLog()->debug("connection {} from {}: request not received in time; 408", id_, remote_);
         return rejectRequest(requestTimeoutError());
       case Deadline::kHandling: {
+        if (phase_ != Phase::kHandling) return;
         server_.counters.request_timeouts.fetch_add(1);
         proxyLog()->warn("{}: no response within {} ms; 504", exchange_->request().id,
                          server_.options.request_timeout.count());
@@ -471,6 +476,7 @@ class Connection final : public ConnectionBase {
         exchange->markDisconnected();
         if (phase_ == Phase::kClosed) return;
         phase_ = Phase::kResponding;
+        setDeadline(Deadline::kWrite, Clock::now() + server_.options.write_timeout);
         close_after_ = true;
         const OpenAiError e = responseTimeoutError();
         const std::string body = openAiErrorBody(e);
@@ -607,6 +613,9 @@ class Connection final : public ConnectionBase {
   void rejectRequest(const OpenAiError& error) {
     server_.counters.rejected.fetch_add(1);
     phase_ = Phase::kResponding;
+    // A connection being ended gets little time: these clients are the
+    // suspicious ones (slow, malformed, oversized).
+    setDeadline(Deadline::kWrite, Clock::now() + std::min(server_.options.write_timeout, server_.options.linger_timeout));
     close_after_ = true;
     request_id_ = newRequestId();
     const std::string body = openAiErrorBody(error);

@@ -51,10 +51,10 @@ struct HttpServerOptions {
   std::chrono::milliseconds idle_timeout{60000};       // keep-alive wait for the next request
   std::chrono::milliseconds request_timeout{600000};   // request read -> non-streamed response written
   std::chrono::milliseconds write_timeout{30000};      // one write without completing (a client not reading)
-  // After an error response that ends the connection, what the client still
-  // sends (the rest of a refused body) is read and dropped for up to this
-  // long, so that closing does not reset the connection before the client
-  // read the response.
+  // How long the server spends on a connection it ends after an error:
+  // writing the error response, then reading and dropping what the client
+  // still sends (the rest of a refused body), so that closing does not reset
+  // the connection before the client read the response.
   std::chrono::milliseconds linger_timeout{2000};
   size_t max_stream_buffer_bytes = size_t{8} << 20;   // stream bytes queued for a slow client; more: closed
 };
