@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang + AddressSanitizer + UBSan and runs
 # each for $1 seconds (default 600) at the same time, one per core.
+# LG_FUZZ_TARGETS picks some (default: all of them).
 # Findings (crash-*, leak-*, timeout-*) land in fuzz-out/<target>/; the corpus
 # grows in fuzz-out/<target>/corpus. See docs/fuzzing.md.
 set -euo pipefail
@@ -12,11 +13,13 @@ if [[ ! -f $build/build.ninja ]]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DLG_BUILD_FUZZ=ON -DLG_SANITIZE="address;undefined" -DLG_BUILD_TESTS=OFF -DLG_BUILD_BENCH=OFF -DLG_CUDA=OFF
 fi
-ninja -C "$build" tokenizer_fuzz chat_template_fuzz
+targets=${LG_FUZZ_TARGETS:-tokenizer_fuzz chat_template_fuzz http_request_fuzz}
+# shellcheck disable=SC2086
+ninja -C "$build" $targets
 
 out=$root/fuzz-out
 pids=()
-for target in tokenizer_fuzz chat_template_fuzz; do
+for target in $targets; do
   dir=$out/$target
   mkdir -p "$dir/corpus" "$dir/seeds"
   "$root/tests/fuzz/make_seeds.sh" "$target" "$dir/seeds"
@@ -27,7 +30,7 @@ for target in tokenizer_fuzz chat_template_fuzz; do
 done
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-for target in tokenizer_fuzz chat_template_fuzz; do
+for target in $targets; do
   echo "== $target"; grep -E "^(stat::|#[0-9]+.*DONE|==[0-9]+==ERROR|SUMMARY|exit)" "$out/$target/log.txt" | tail -8
   ls "$out/$target" | grep -E "^(crash|leak|timeout|oom)-" || true
 done
