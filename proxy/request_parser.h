@@ -23,7 +23,7 @@
 namespace lg::proxy {
 
 struct ParserLimits {
-  size_t max_header_bytes = size_t{16} << 10;    // request line + header fields; more: 431
+  size_t max_header_bytes = size_t{16} << 10;    // request line + header fields + the blank line; more: 431
   uint64_t max_body_bytes = uint64_t{32} << 20;  // declared or chunked body; more: 413
 };
 
@@ -49,9 +49,10 @@ class RequestParser {
   RequestParser& operator=(const RequestParser&) = delete;
 
   // Parses what it can of `bytes` and returns how many it consumed. A header
-  // is consumed only once complete, so the caller keeps the unconsumed rest
-  // and feeds it again with the next bytes appended; bytes after a complete
-  // request (a pipelined next one) are left unconsumed.
+  // is consumed only once complete (and parsed whole, so that what is refused
+  // never depends on how the reads fell), so the caller keeps the unconsumed
+  // rest and feeds it again with the next bytes appended; bytes after a
+  // complete request (a pipelined next one) are left unconsumed.
   size_t feed(std::string_view bytes);
   // The peer closed its side: a request in progress fails (400).
   void feedEof();
@@ -80,6 +81,8 @@ class RequestParser {
   void advance();
 
   std::unique_ptr<Impl> impl_;
+  const size_t max_header_bytes_;
+  size_t scanned_ = 0;  // bytes already searched for the end of the header
   State state_ = State::kHeader;
   ParseFailure failure_;
 };
