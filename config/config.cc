@@ -54,7 +54,13 @@ const std::array kFields = {
     LG_FIELD("server.listen", server.listen),
     LG_FIELD("server.tls_cert", server.tls_cert),
     LG_FIELD("server.tls_key", server.tls_key),
+    LG_FIELD("server.plain_http", server.plain_http),
     LG_FIELD("server.io_threads", server.io_threads),
+    LG_FIELD("server.max_connections", server.max_connections),
+    LG_FIELD("server.max_body_bytes", server.max_body_bytes),
+    LG_FIELD("server.header_timeout_ms", server.header_timeout_ms),
+    LG_FIELD("server.idle_timeout_ms", server.idle_timeout_ms),
+    LG_FIELD("server.request_timeout_ms", server.request_timeout_ms),
     LG_FIELD("engine.model_dir", engine.model_dir),
     LG_FIELD("engine.threads", engine.threads),
     LG_FIELD("engine.max_context", engine.max_context),
@@ -288,6 +294,22 @@ Status validateConfig(const Config& c) {
   }
   if (c.server.io_threads < 1 || c.server.io_threads > 256) {
     return invalidArgument("server.io_threads: expected 1..256, got " + std::to_string(c.server.io_threads));
+  }
+  if (c.server.plain_http && !c.server.tls_cert.empty()) {
+    return invalidArgument("server.plain_http: true, but server.tls_cert is set: choose plain HTTP or TLS");
+  }
+  if (c.server.max_connections < 1 || c.server.max_connections > 1000000) {
+    return invalidArgument("server.max_connections: expected 1..1000000, got " +
+                           std::to_string(c.server.max_connections));
+  }
+  if (c.server.max_body_bytes < 1024 || c.server.max_body_bytes > (int64_t{1} << 32)) {
+    return invalidArgument("server.max_body_bytes: expected 1KiB..4GiB, got " +
+                           std::to_string(c.server.max_body_bytes));
+  }
+  for (const auto& [name, value] : {std::pair{"server.header_timeout_ms", c.server.header_timeout_ms},
+                                    std::pair{"server.idle_timeout_ms", c.server.idle_timeout_ms},
+                                    std::pair{"server.request_timeout_ms", c.server.request_timeout_ms}}) {
+    if (value < 1) return invalidArgument(std::string(name) + ": expected >= 1, got " + std::to_string(value));
   }
   if (c.engine.threads < 0 || c.engine.threads > 1024) {
     return invalidArgument("engine.threads: expected 0..1024 (0 = all cores), got " +

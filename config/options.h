@@ -16,11 +16,19 @@
 
 namespace lg {
 
+// The network edge (proxy/, docs/gateway.md). proxy/server_config.h turns
+// this into HttpServerOptions.
 struct ServerOptions {
   std::string listen = "127.0.0.1:8443";  // HOST:PORT; port 0 picks a free port
-  std::string tls_cert;                   // PEM; empty: self-signed under data_dir/tls
+  std::string tls_cert;                   // PEM chain; empty: a local CA and a server cert it signs, under data_dir/tls
   std::string tls_key;
+  bool plain_http = false;                // plain HTTP, no TLS: only behind a trusted load balancer that terminates TLS
   int io_threads = 2;
+  int max_connections = 1024;             // open connections; more are closed at accept
+  int64_t max_body_bytes = int64_t{32} << 20;  // request body; larger: 413
+  int header_timeout_ms = 10000;          // TLS handshake + request header (slow clients are cut off)
+  int idle_timeout_ms = 60000;            // keep-alive connection with no request
+  int request_timeout_ms = 600000;        // a non-streamed response must be complete within this
 };
 
 // The dtype of the engine's latent pool. BF16 halves the pool's memory but

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang + AddressSanitizer + UBSan and runs
 # each for $1 seconds (default 600) at the same time, one per core.
-# LG_FUZZ_TARGETS picks the targets (default: tokenizer_fuzz chat_template_fuzz;
-# the OpenAI schema layer's are openai_chat_fuzz, openai_completions_fuzz and
+# LG_FUZZ_TARGETS picks the targets (default: all: tokenizer_fuzz
+# chat_template_fuzz http_request_fuzz openai_chat_fuzz openai_completions_fuzz
 # openai_responses_fuzz).
 # Findings (crash-*, leak-*, timeout-*) land in fuzz-out/<target>/; the corpus
 # grows in fuzz-out/<target>/corpus. See docs/fuzzing.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-600}
-read -r -a targets <<<"${LG_FUZZ_TARGETS:-tokenizer_fuzz chat_template_fuzz}"
+read -r -a targets <<<"${LG_FUZZ_TARGETS:-tokenizer_fuzz chat_template_fuzz http_request_fuzz openai_chat_fuzz openai_completions_fuzz openai_responses_fuzz}"
 build=$root/build-fuzz
 LG_EXTRA_PACKAGES="clang libclang-rt-14-dev" "$root/scripts/install-deps.sh"
 if [[ ! -f $build/build.ninja ]]; then

@@ -146,6 +146,39 @@ TEST(ConfigTest, EngineSettingsAreTypedAndValidatedOnce) {
   }
 }
 
+TEST(ConfigTest, ServerSettingsDefaultsAndLimits) {
+  auto c = loadConfig({});
+  ASSERT_TRUE(c.isOk());
+  EXPECT_FALSE(c->server.plain_http);
+  EXPECT_EQ(c->server.max_body_bytes, int64_t{32} << 20);
+  EXPECT_EQ(c->server.max_connections, 1024);
+
+  ConfigSources sources;
+  sources.environment = {{"LATENTGATE_SERVER_MAX_BODY_BYTES", "8MiB"}, {"LATENTGATE_SERVER_PLAIN_HTTP", "true"}};
+  sources.flags = {{"server.header_timeout_ms", "2500"}};
+  auto set = loadConfig(sources);
+  ASSERT_TRUE(set.isOk()) << set.status().toString();
+  EXPECT_EQ(set->server.max_body_bytes, int64_t{8} << 20);
+  EXPECT_TRUE(set->server.plain_http);
+  EXPECT_EQ(set->server.header_timeout_ms, 2500);
+
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"LATENTGATE_SERVER_MAX_BODY_BYTES", "100"},
+                                                        {"LATENTGATE_SERVER_MAX_CONNECTIONS", "0"},
+                                                        {"LATENTGATE_SERVER_IDLE_TIMEOUT_MS", "0"},
+                                                        {"LATENTGATE_SERVER_PLAIN_HTTP", "maybe"}}) {
+    ConfigSources bad_sources;
+    bad_sources.environment = {{name, value}};
+    auto bad = loadConfig(bad_sources);
+    ASSERT_FALSE(bad.isOk()) << name << "=" << value;
+    EXPECT_NE(bad.status().message().find("server."), std::string::npos) << bad.status().message();
+  }
+  // Plain HTTP and a certificate contradict each other.
+  ConfigSources both;
+  both.flags = {{"server.plain_http", "true"}, {"server.tls_cert", "c.pem"}, {"server.tls_key", "k.pem"}};
+  EXPECT_FALSE(loadConfig(both).isOk());
+}
+
 TEST(ConfigTest, EffectiveConfigRoundTrips) {
   Config c;
   c.engine.threads = 9;

@@ -9,7 +9,23 @@ import json, os, sys, glob
 target, out, fixtures, assets = sys.argv[1:5]
 golden = json.load(open(os.path.join(fixtures, "tokenizer-golden.json")))
 seeds = []
-if target == "tokenizer_fuzz":
+if target == "http_request_fuzz":
+    # Two control bytes (piece sizes, limits), then what a client sends.
+    reqs = [
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer sk-test\r\nContent-Length: 46\r\n\r\n"
+        b'{"model":"m","messages":[],"stream":true,"n":1}',
+        b"POST /v1/responses HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
+        b"5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nTrailer: x\r\n\r\n",
+        b"GET /a HTTP/1.1\r\n\r\nGET /b?x=1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nHEAD / HTTP/1.1\r\n\r\n",
+        b"GET http://example.com:8443/v1/models?q HTTP/1.1\r\nHost: example.com\r\n\r\n",
+        b"DELETE /admin/keys/key_1 HTTP/1.1\r\nX-Multi: a\r\nx-multi: b\r\nFolded: a\r\n b\r\n\r\n",
+        b"GET / HTTP/2.0\r\n\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    ]
+    seeds = [bytes([c, l]) + r for r in reqs for c, l in ((0, 0), (0x9b, 0), (0x27, 0x41))]
+elif target == "tokenizer_fuzz":
     seeds = [t["text"].encode() for t in golden["texts"]] + [c["text"].encode() for c in golden["chats"]]
 elif target.startswith("openai_"):
     # Request bodies for the endpoint, and model output with reasoning and

@@ -1,0 +1,43 @@
+#include "proxy/router.h"
+
+#include "proxy/openai_error.h"
+
+namespace lg::proxy {
+
+void Router::add(std::string method, std::string path, Handler handler) {
+  routes_.push_back(Route{std::move(method), std::move(path), false, std::move(handler)});
+}
+
+void Router::addPrefix(std::string method, std::string prefix, Handler handler) {
+  routes_.push_back(Route{std::move(method), std::move(prefix), true, std::move(handler)});
+}
+
+void Router::handle(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const {
+  // The best path match: exact, else the longest prefix. Among the routes for
+  // that path, the one for this method.
+  const Route* best = nullptr;
+  size_t best_rank = 0;
+  for (const Route& r : routes_) {
+    const bool matches = r.prefix ? request.path.starts_with(r.path) : request.path == r.path;
+    if (!matches) continue;
+    const size_t rank = r.prefix ? r.path.size() + 1 : std::string::npos;  // exact beats any prefix
+    if (best == nullptr || rank > best_rank) {
+      best = &r;
+      best_rank = rank;
+    }
+  }
+  if (best == nullptr) return respondWithError(*exchange, unknownUrlError(request.method, request.path));
+  std::string allow;
+  for (const Route& r : routes_) {
+    if (r.prefix != best->prefix || r.path != best->path) continue;
+    if (r.method == request.method) return r.handler(request, std::move(exchange));
+    allow += (allow.empty() ? "" : ", ") + r.method;
+  }
+  respondWithError(*exchange, methodNotAllowedError(request.method, request.path), HttpHeaders{{"allow", allow}});
+}
+
+Handler Router::handler() const {
+  return [this](const HttpRequest& request, std::shared_ptr<Exchange> exchange) { handle(request, std::move(exchange)); };
+}
+
+}  // namespace lg::proxy

@@ -1,0 +1,41 @@
+// Router: a Handler that picks a route by method and path.
+//
+// Routes are exact paths ("/v1/chat/completions") or prefixes ("/admin/keys/"
+// for /admin/keys/{id}); an exact route wins over a prefix, a longer prefix
+// over a shorter one. A path no route knows gets OpenAI's 404 ("Invalid URL
+// (GET /x)"); a known path with another method gets 405 with an Allow header.
+// Paths are matched as sent (no percent-decoding, no dot-segment removal):
+// a route matches only the canonical spelling of its path.
+//
+// Thread-safety: add routes before the server starts; handle() is then
+// read-only and may run on every I/O thread at once.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "proxy/exchange.h"
+
+namespace lg::proxy {
+
+class Router {
+ public:
+  void add(std::string method, std::string path, Handler handler);
+  void addPrefix(std::string method, std::string prefix, Handler handler);
+
+  void handle(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  // A Handler for HttpServer::start that calls handle(); the router must
+  // outlive the server.
+  Handler handler() const;
+
+ private:
+  struct Route {
+    std::string method;
+    std::string path;
+    bool prefix = false;
+    Handler handler;
+  };
+  std::vector<Route> routes_;
+};
+
+}  // namespace lg::proxy
