@@ -20,5 +20,6 @@ Command addTokenizeCommand(CLI::App& app, GlobalFlags& flags);
 Command addForwardCommand(CLI::App& app, GlobalFlags& flags);
 Command addModelCommand(CLI::App& app, GlobalFlags& flags);
 Command addGenerateCommand(CLI::App& app, GlobalFlags& flags);
+Command addServeCommand(CLI::App& app, GlobalFlags& flags);
 
 }  // namespace lg::cli

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       lg::cli::addTokenizeCommand(app, flags),
       lg::cli::addForwardCommand(app, flags),
       lg::cli::addGenerateCommand(app, flags),
+      lg::cli::addServeCommand(app, flags),
       lg::cli::addModelCommand(app, flags),
   };
 

@@ -49,6 +49,7 @@ struct Field {
 // derive from these paths.
 const std::array kFields = {
     LG_FIELD("data_dir", data_dir),
+    LG_FIELD("admin_key", admin_key),
     LG_FIELD("log.level", log.level),
     LG_FIELD("log.format", log.format),
     LG_FIELD("server.listen", server.listen),
@@ -437,6 +438,7 @@ std::string configToJson(const Config& config) {
         },
         f.ref(copy));
   }
+  if (!config.admin_key.empty()) out["admin_key"] = "(set)";  // a secret: never printed
   return out.dump(2);
 }
 

@@ -87,6 +87,9 @@ struct ServingOptions {
 
 struct Config {
   std::string data_dir = "./data";
+  // The admin API's bearer key (LATENTGATE_ADMIN_KEY); empty: DATA/admin.key,
+  // generated at first start. A secret: `latentgate config` never shows it.
+  std::string admin_key;
   LogOptions log;
   ServerOptions server;
   EngineOptions engine;

@@ -1,0 +1,179 @@
+// `latentgate serve [--config FILE] [--model DIR] [--data-dir DIR] [--listen HOST:PORT]`
+// (--config and --data-dir are global flags, cli/global_flags.h)
+// The gateway: loads the model (the random-weight `demo` preset, made under
+// DATA/models/demo at first start, when none is given), the prefix cache
+// (tier 0 + DATA/kv), the scheduler, the API keys (DATA/billing) and the TLS
+// material (a local CA under DATA/tls), serves the OpenAI-compatible API until
+// SIGINT or SIGTERM, then stops accepting, lets streams finish for a few
+// seconds and persists the cache. docs/gateway.md.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "billing/billing_db.h"
+#include "billing/key_store.h"
+#include "cache/cache_config.h"
+#include "cli/commands.h"
+#include "cli/global_flags.h"
+#include "cli/prefix_cache_setup.h"
+#include "cli/terminal_progress.h"
+#include "engine/backend_config.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/presets.h"
+#include "proxy/gateway.h"
+#include "proxy/health_routes.h"
+#include "proxy/http_server.h"
+#include "proxy/openai/prompt_encoder.h"
+#include "proxy/router.h"
+#include "proxy/server_config.h"
+#include "proxy/tls_material.h"
+#include "serving/serving_config.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace lg::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model_dir;
+  std::string listen;
+};
+
+constexpr auto kDrainGrace = std::chrono::seconds(10);
+
+int fail(const std::string& what, const Status& s) {
+  std::cerr << "latentgate serve: " << what << ": " << s.toString() << "\n";
+  return 2;
+}
+
+int runServe(const GlobalFlags& flags, const ServeArgs& args) {
+  std::vector<std::pair<std::string, std::string>> shorthands;
+  if (!args.model_dir.empty()) shorthands.emplace_back("engine.model_dir", args.model_dir);
+  if (!args.listen.empty()) shorthands.emplace_back("server.listen", args.listen);
+  auto loaded = flags.load(shorthands);
+  if (!loaded.isOk()) {
+    std::cerr << "latentgate: " << loaded.status().toString() << "\n";
+    return 2;
+  }
+  const Config& config = *loaded;
+  // Block the stop signals before any thread starts, so that only sigwait() sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::string model_dir = config.engine.model_dir;
+  if (model_dir.empty()) {
+    model_dir = config.data_dir + "/models/demo";
+    if (!std::filesystem::exists(model_dir + "/model.safetensors")) {
+      std::cerr << "latentgate serve: making the demo model in " << model_dir << " (random weights)\n";
+      auto preset = engine::presetConfig("demo");
+      if (!preset.isOk()) return fail("demo preset", preset.status());
+      if (Status s = engine::writeRandomCheckpoint(*preset, model_dir, {}); !s.isOk()) return fail("demo model", s);
+    }
+  }
+  auto tokenizer = text::Tokenizer::loadFromDir(model_dir);
+  if (!tokenizer.isOk()) return fail("tokenizer", tokenizer.status());
+  auto chat_template = text::ChatTemplate::loadFromDir(model_dir);
+  if (!chat_template.isOk()) return fail("chat template", chat_template.status());
+  engine::ModelLoadOptions load_options;
+  load_options.prefetch = true;
+  load_options.progress = terminalLoadProgress("loading " + model_dir);
+  auto model = engine::Model::load(model_dir, load_options);
+  if (!model.isOk()) return fail("model", model.status());
+  auto backend = engine::createCpuBackend(std::move(model).value(), engine::backendOptions(config));
+  if (!backend.isOk()) return fail("backend", backend.status());
+  auto cache = openPrefixCache(config, cache::diskTierOptions(config).path, **backend);
+  if (!cache.isOk()) return fail("prefix cache", cache.status());
+  const serving::SchedulerOptions scheduler_options = serving::schedulerOptions(config, (*backend)->config());
+  auto scheduler = serving::Scheduler::create(**backend, cache->index.get(), **tokenizer, scheduler_options);
+  if (!scheduler.isOk()) return fail("scheduler", scheduler.status());
+
+  auto billing_db = billing::BillingDb::open(config.data_dir + "/billing");
+  if (!billing_db.isOk()) return fail("billing store", billing_db.status());
+  auto keys = billing::KeyStore::open(**billing_db);
+  if (!keys.isOk()) return fail("API keys", keys.status());
+  bool admin_created = false;
+  const std::string admin_path = config.data_dir + "/admin.key";
+  auto admin = billing::AdminKey::loadOrCreate(config.admin_key, admin_path, &admin_created);
+  if (!admin.isOk()) return fail("admin key", admin.status());
+
+  proxy::TlsMaterial tls;
+  auto server_options = proxy::loadHttpServerOptions(config, &tls);
+  if (!server_options.isOk()) return fail("server", server_options.status());
+
+  proxy::GatewayOptions gateway_options;
+  gateway_options.model_id = std::filesystem::path(model_dir).filename().string();
+  gateway_options.aliases = {"deepseek-chat", "deepseek-reasoner"};
+  gateway_options.max_context = (*backend)->maxContext();
+  gateway_options.limits.max_stop_strings = config.serving.max_stop_strings;
+  proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
+  proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin);
+  proxy::Router router;
+  proxy::addHealthRoutes(router, [] { return proxy::Readiness{true, ""}; });
+  gateway.addRoutes(router);
+  auto server = proxy::HttpServer::start(*server_options, router.handler());
+  if (!server.isOk()) return fail("server", server.status());
+
+  const bool tls_on = !server_options->plain_http;
+  const std::string host = server_options->host == "0.0.0.0" || server_options->host == "::" ? "127.0.0.1"
+                                                                                                 : server_options->host;
+  const std::string url = std::string(tls_on ? "https" : "http") + "://" +
+                          (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                          std::to_string((*server)->port());
+  std::cout << "LatentGate is serving " << gateway_options.model_id << " at " << url << "/v1\n";
+  if (tls_on && !tls.ca_cert_path.empty()) std::cout << "  clients trust the local CA " << tls.ca_cert_path << "\n";
+  if (admin_created) {
+    std::cout << "  a new admin key was written to " << admin_path << " (mode 0600)\n";
+  } else if (config.admin_key.empty()) {
+    std::cout << "  the admin key is in " << admin_path << "\n";
+  } else {
+    std::cout << "  the admin key is LATENTGATE_ADMIN_KEY\n";
+  }
+  const std::string cacert = tls_on && !tls.ca_cert_path.empty() ? " --cacert " + tls.ca_cert_path : "";
+  std::cout << "Make an API key, then call the API:\n"
+            << "  curl -s" << cacert << " " << url << "/admin/keys -H \"Authorization: Bearer $(cat " << admin_path
+            << ")\" -d '{\"team\": \"my-team\", \"name\": \"me\"}'\n"
+            << "  curl -s" << cacert << " " << url << "/v1/chat/completions -H \"Authorization: Bearer $KEY\" \\\n"
+            << "    -H 'content-type: application/json' -d '{\"model\": \"" << gateway_options.model_id
+            << "\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}'\n"
+            << "  # Node (openai SDK): NODE_EXTRA_CA_CERTS=" << tls.ca_cert_path
+            << " and new OpenAI({baseURL: \"" << url << "/v1\", apiKey: KEY})\n"
+            << "  # Python: SSL_CERT_FILE=" << tls.ca_cert_path << "; Codex CLI: CODEX_CA_CERTIFICATE="
+            << tls.ca_cert_path << "\n"
+            << std::flush;
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::cout << "latentgate serve: signal " << signal_number << ": stopping (in-flight streams get "
+            << std::chrono::seconds(kDrainGrace).count() << " s)\n"
+            << std::flush;
+  const auto deadline = std::chrono::steady_clock::now() + kDrainGrace;
+  (*scheduler)->shutdown(kDrainGrace);  // refuses what waits; running streams finish or are cancelled
+  (*server)->stop(deadline);
+  if (cache->disk) {
+    if (Status s = cache->index->persistAll(/*flush_files=*/true); !s.isOk()) {
+      std::cerr << "latentgate serve: prefix cache: " << s.toString() << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command addServeCommand(CLI::App& app, GlobalFlags& flags) {
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API over HTTPS");
+  auto args = std::make_shared<ServeArgs>();
+  cmd->add_option("--model", args->model_dir, "Model directory (default: the demo model under DATA/models/demo)");
+  cmd->add_option("--listen", args->listen, "HOST:PORT to listen on (default: 127.0.0.1:8443; port 0: any free port)");
+  flags.addTo(*cmd);
+  return {cmd, [&flags, args]() -> int { return runServe(flags, *args); }};
+}
+
+}  // namespace lg::cli

@@ -1,0 +1,81 @@
+// Gateway: the OpenAI-compatible endpoints on top of the server (router.h),
+// the OpenAI schema layer (proxy/openai/), the scheduler (serving/) and the
+// API keys (billing/). docs/gateway.md describes the request path.
+//
+// Each handler runs on an I/O thread and never blocks: it authenticates the
+// bearer key, parses and validates the body, renders and tokenizes the
+// prompt, submits it to the scheduler and returns. The scheduler's events
+// arrive on the engine thread, where the request's responder turns them into
+// SSE chunks or the final JSON body and hands them to the exchange (which
+// posts them to the connection's strand). A client that goes away cancels its
+// request within one engine step.
+//
+// Thread-safety: routes may run on every I/O thread at once; the gateway's
+// state is immutable after construction, except the key store (thread-safe).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "billing/key_store.h"
+#include "cache/namespace.h"
+#include "proxy/openai/api_error.h"
+#include "proxy/openai/prompt_encoder.h"
+#include "proxy/openai/request_types.h"
+#include "proxy/router.h"
+#include "serving/scheduler.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace lg::proxy {
+
+struct GatewayOptions {
+  std::string model_id;                 // what /v1/models lists and responses name
+  std::vector<std::string> aliases;     // other names clients may use (deepseek-chat, ...)
+  int32_t max_context = 0;
+  openai::ParseLimits limits;
+  openai::RetryAfter retry;
+  // Shared cache namespaces each team may read (an admin's grants).
+  std::map<std::string, std::vector<cache::SharedNamespace>> shared_namespaces;
+};
+
+class Gateway {
+ public:
+  // Everything passed by reference must outlive the gateway and the server.
+  Gateway(GatewayOptions options, serving::Scheduler& scheduler, const text::Tokenizer& tokenizer,
+          const openai::PromptEncoder& encoder, billing::KeyStore& keys, const billing::AdminKey& admin);
+
+  void addRoutes(Router& router);
+
+ private:
+  struct Caller;
+  // The key's principal, or a 401 sent to the client (nullopt).
+  std::optional<billing::Principal> authenticate(Exchange& exchange) const;
+  bool authenticateAdmin(Exchange& exchange) const;
+  bool knownModel(const std::string& model) const;
+  serving::GenerationRequest newRequest(const billing::Principal& who) const;
+
+  void chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+  void completions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+  void responses(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+  void models(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+  void createKey(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+  void listKeys(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+  void deleteKey(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+
+  const GatewayOptions options_;
+  serving::Scheduler& scheduler_;
+  const text::Tokenizer& tokenizer_;
+  const openai::PromptEncoder& encoder_;
+  billing::KeyStore& keys_;
+  const billing::AdminKey& admin_;
+};
+
+// The client's error as an HTTP response (status, OpenAI error JSON, Retry-After).
+void respondWithApiError(Exchange& exchange, const openai::ApiError& error);
+
+// "queue;dur=1.2, cache;dur=0.3, prefill;dur=40.1, decode;dur=220.5" (milliseconds).
+std::string serverTiming(const serving::Timing& timing);
+
+}  // namespace lg::proxy
