@@ -1,0 +1,151 @@
+// The official `openai` npm SDK against `latentgate serve` over TLS, the
+// generated local CA trusted through NODE_EXTRA_CA_CERTS (run.sh starts the
+// server and sets it). With random weights the text is noise; the protocol,
+// usage accounting and cache hits are what is tested.
+import { test, before } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { server as connect } from './server.mjs';
+
+let server, keyA, keyB, clientA, clientB;
+
+before(async () => {
+  server = connect();
+  keyA = await server.createKey('team-a', 'sdk test a');
+  keyB = await server.createKey('team-b', 'sdk test b');
+  clientA = new OpenAI({ apiKey: keyA, baseURL: server.url + '/v1', maxRetries: 0 });
+  clientB = new OpenAI({ apiKey: keyB, baseURL: server.url + '/v1', maxRetries: 0 });
+});
+
+
+function checkUsage(u) {
+  assert.ok(u.prompt_tokens > 0);
+  assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+  assert.equal(u.prompt_cache_hit_tokens + u.prompt_cache_miss_tokens, u.prompt_tokens);
+  assert.equal(u.prompt_tokens_details.cached_tokens, u.prompt_cache_hit_tokens);
+}
+
+test('models lists the served model and its aliases', async () => {
+  const models = await clientA.models.list();
+  const ids = models.data.map((m) => m.id);
+  assert.ok(ids.includes(server.model));
+  assert.ok(ids.includes('deepseek-chat'));
+});
+
+test('chat, not streamed, with usage', async () => {
+  const r = await clientA.chat.completions.create({
+    model: 'deepseek-chat', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8, temperature: 0,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 8);
+  checkUsage(r.usage);
+});
+
+test('chat, streamed, with include_usage', async () => {
+  const stream = await clientA.chat.completions.create({
+    model: server.model, messages: [{ role: 'developer', content: 'Be brief.' }, { role: 'user', content: 'Hi' }],
+    max_tokens: 6, stream: true, stream_options: { include_usage: true },
+  });
+  let text = '', usage = null, finish = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.delta?.content ?? '';
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, 6);
+  checkUsage(usage);
+  assert.ok(text.length > 0);
+});
+
+test('a long system prompt is a cache hit the second time, for its team only', async () => {
+  const system = 'You are a careful coding agent. '.repeat(120);
+  const ask = (client) => client.chat.completions.create({
+    model: server.model, temperature: 0, max_tokens: 5,
+    messages: [{ role: 'system', content: system }, { role: 'user', content: 'List the files.' }],
+  });
+  const first = await ask(clientA);
+  const second = await ask(clientA);
+  const p = second.usage.prompt_tokens;
+  assert.equal(first.usage.prompt_cache_hit_tokens, 0);
+  assert.equal(second.usage.prompt_cache_hit_tokens, Math.floor((p - 1) / 64) * 64);  // every whole cached block
+  assert.equal(second.choices[0].message.content, first.choices[0].message.content);  // greedy: the same reply
+  const other = await ask(clientB);
+  assert.equal(other.usage.prompt_cache_hit_tokens, 0);  // another team's namespace
+});
+
+test('tool definitions and a tool-call round trip are accepted', async () => {
+  const tools = [{ type: 'function', function: { name: 'read_file', description: 'Read a file',
+    parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } } }];
+  const r = await clientA.chat.completions.create({
+    model: server.model, max_tokens: 4, tools, tool_choice: 'auto',
+    messages: [
+      { role: 'user', content: 'Read README.md' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'read_file', arguments: '{"path":"README.md"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '# LatentGate' },
+    ],
+  });
+  assert.ok(['length', 'stop', 'tool_calls'].includes(r.choices[0].finish_reason));
+  checkUsage(r.usage);
+});
+
+test('responses, not streamed and streamed', async () => {
+  const r = await clientA.responses.create({ model: server.model, instructions: 'Be brief.', input: 'Hello', max_output_tokens: 5 });
+  assert.equal(r.object, 'response');
+  assert.ok(r.usage.input_tokens > 0);
+  assert.equal(r.usage.output_tokens, 5);
+  assert.ok('cached_tokens' in r.usage.input_tokens_details);
+  const stream = await clientA.responses.create({ model: server.model, input: [{ role: 'user', content: 'Hi' }], max_output_tokens: 4, stream: true, store: false });
+  const types = [];
+  let completed = null;
+  for await (const event of stream) {
+    types.push(event.type);
+    if (event.type === 'response.completed' || event.type === 'response.incomplete') completed = event.response;
+  }
+  assert.equal(types[0], 'response.created');
+  assert.ok(types.includes('response.output_text.delta'));
+  assert.ok(completed !== null && completed.usage.output_tokens === 4);
+});
+
+test('completions with echo and logprobs score the prompt', async () => {
+  const r = await clientA.completions.create({ model: server.model, prompt: 'The cat sat on the mat', max_tokens: 0, echo: true, logprobs: 2 });
+  const lp = r.choices[0].logprobs;
+  assert.ok(lp.tokens.length > 3);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.ok(lp.token_logprobs.slice(1).every((x) => typeof x === 'number' && x <= 0));
+  assert.equal(r.choices[0].text, 'The cat sat on the mat');
+});
+
+test('errors: a bad key, a bad parameter, an overlong prompt', async () => {
+  const bad = new OpenAI({ apiKey: 'lg-wrong', baseURL: server.url + '/v1', maxRetries: 0 });
+  await assert.rejects(bad.chat.completions.create({ model: server.model, messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e instanceof OpenAI.AuthenticationError);
+  await assert.rejects(clientA.chat.completions.create({ model: server.model, messages: [{ role: 'user', content: 'x' }], temperature: 7 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature');
+  await assert.rejects(clientA.chat.completions.create({ model: server.model, messages: [{ role: 'user', content: 'x' }], max_tokens: 10_000_000 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
+  await assert.rejects(clientA.chat.completions.create({ model: 'gpt-nonexistent', messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e instanceof OpenAI.NotFoundError);
+});
+
+test('32 concurrent streams all complete with correct usage', async () => {
+  const runs = Array.from({ length: 32 }, (_, i) => (async () => {
+    const stream = await clientA.chat.completions.create({
+      model: server.model, max_tokens: 8, stream: true, stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: `Request number ${i}` }],
+    });
+    let usage = null, pieces = 0;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      if (chunk.choices[0]?.delta?.content !== undefined) pieces++;
+    }
+    assert.equal(usage.completion_tokens, 8);
+    checkUsage(usage);
+    return pieces;
+  })());
+  const pieces = await Promise.all(runs);
+  assert.equal(pieces.length, 32);
+});

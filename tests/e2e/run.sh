@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# End-to-end tests with real clients: starts `latentgate serve` on its
+# embedded default (a fresh data dir: the demo model made at first start, a
+# local CA) on a free port, then runs the openai SDK tests with the CA trusted
+# through NODE_EXTRA_CA_CERTS, and curl's view of the SSE framing.
+# Usage: run.sh LATENTGATE_BINARY
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+binary=$1
+if [[ ! -d $here/node_modules/openai ]]; then
+  (cd "$here" && npm ci --no-audit --no-fund >/dev/null)
+fi
+data=$(mktemp -d /tmp/lg-e2e-XXXXXX)
+log=$data.log
+export LG_ADMIN_KEY=e2e-admin-key-0123456789
+LATENTGATE_ADMIN_KEY=$LG_ADMIN_KEY "$binary" serve --data-dir "$data" --listen 127.0.0.1:0 >"$log" 2>&1 &
+pid=$!
+cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$log"; }
+trap cleanup EXIT
+for _ in $(seq 1 600); do
+  grep -q "serving .* at https://" "$log" && break
+  kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
+  sleep 0.2
+done
+line=$(grep -m1 "serving .* at https://" "$log") || { cat "$log"; exit 1; }
+export LG_URL=$(sed -E 's#.* at (https://[^ ]+)/v1.*#\1#' <<<"$line")
+export LG_MODEL=$(sed -E 's#.*serving ([^ ]+) at.*#\1#' <<<"$line")
+export NODE_EXTRA_CA_CERTS=$data/tls/ca.crt
+status=0
+node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" || status=1
+"$here/curl_sse.sh" || status=1
+[[ $status == 0 ]] || { echo "--- server log"; tail -50 "$log"; }
+exit $status
