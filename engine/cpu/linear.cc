@@ -314,11 +314,24 @@ void runLinear(ThreadPool& pool, std::span<const LinearProblem> problems, Linear
     }
     for (int64_t m = 0; m < p.m; m += kMC) {
       const int64_t m1 = std::min(p.m, m + kMC);
-      blocks.push_back({static_cast<int32_t>(i), m, m1, 0, 0, xt_floats});
-      for (int64_t n = 0; n < N; n += kNC) {
-        tasks.push_back({static_cast<int32_t>(i), m, m1, n, std::min(N, n + kNC), xt_floats});
+      // Problems reading the same rows of the same x (q_a and kv_a over h,
+      // an expert's gate and up, per-head slices of one weight) share x^T.
+      int64_t xt_offset = -1;
+      for (const Task& b : blocks) {
+        const LinearProblem& o = problems[static_cast<size_t>(b.problem)];
+        if (o.x == p.x && o.ldx == p.ldx && o.k() == p.k() && b.m0 == m && b.m1 == m1) {
+          xt_offset = b.xt_offset;
+          break;
+        }
       }
-      xt_floats += (m1 - m + 15) / 16 * 16 * p.k();
+      if (xt_offset < 0) {
+        xt_offset = xt_floats;
+        blocks.push_back({static_cast<int32_t>(i), m, m1, 0, 0, xt_offset});
+        xt_floats += (m1 - m + 15) / 16 * 16 * p.k();
+      }
+      for (int64_t n = 0; n < N; n += kNC) {
+        tasks.push_back({static_cast<int32_t>(i), m, m1, n, std::min(N, n + kNC), xt_offset});
+      }
     }
   }
   float* xt = blocks.empty() ? nullptr : transposedInputs().ensure(static_cast<size_t>(xt_floats));
