@@ -16,10 +16,6 @@ namespace {
 
 constexpr int kTile = 64;        // keys per tile
 constexpr int kQueryBlock = 64;  // queries of one head per task: one 64-lane micro-kernel panel
-// Padding of a row of up-projected K/V: 16 floats keep the rows (a multiple
-// of 4 KB for 16 heads) off the L1 set period, since a micro-kernel call
-// walks six of them at once.
-constexpr int64_t kRowPad = 16;
 
 struct Task {
   int32_t head;
@@ -53,7 +49,8 @@ struct Geometry {
   MhaShape shape;
   int64_t qk = 0;           // nope + rope: score head dim
   int64_t ldq = 0;          // floats per query row (all heads)
-  int64_t ldkv = 0;         // floats per up-projected key row (all heads, padded)
+  int64_t ldkv = 0;         // floats per up-projected key row of one head: nope + v
+  int64_t head_kv = 0;      // floats of one head's up-projected rows in the chunk buffer
   int64_t latent_dim = 0;   // floats per latent row
   int64_t kv_lora = 0;
   int32_t num_blocks = 0;   // query blocks
@@ -66,8 +63,9 @@ struct Geometry {
 };
 
 // One head and query block against keys [task.k0, task.k1) of the chunk that
-// starts at c0: kv holds the chunk's up-projected rows, latents its latent
-// rows (for k_pe). The first chunk starts the block's softmax state.
+// starts at c0: kv holds the chunk's up-projected rows, head after head,
+// latents its latent rows (for k_pe). The first chunk starts the block's
+// softmax state.
 void runTask(const Geometry& g, const MhaSequence& seq, const float* latents, const float* kv, int32_t c0,
              float* state_base, const Task& task) {
   const MhaShape& sh = g.shape;
@@ -86,21 +84,28 @@ void runTask(const Geometry& g, const MhaSequence& seq, const float* latents, co
     std::fill_n(mx, rp, -std::numeric_limits<float>::infinity());
     std::fill_n(sum, rp, 0.0f);
   }
-  // Q^T [nope + rope][rp], zero in the padding lanes.
+  // Q^T [nope + rope][rp], zero in the padding lanes, by 16 x 16 register transposes.
   const float* q0 = seq.q + int64_t{t0} * g.ldq + int64_t{task.head} * g.qk;
-  for (int64_t d = 0; d < g.qk; ++d) {
-    float* dst = qt + d * rp;
-    for (int64_t r = 0; r < rows; ++r) dst[r] = q0[r * g.ldq + d];
-    for (int64_t r = rows; r < rp; ++r) dst[r] = 0.0f;
+  for (int64_t m = 0; m < rp; m += 16) {
+    for (int64_t d = 0; d < g.qk; d += 16) {
+      const int64_t count = std::min<int64_t>(16, g.qk - d);
+      const __mmask16 mask = tailMask(count);
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) {
+        r[i] = m + i < rows ? _mm512_maskz_loadu_ps(mask, q0 + (m + i) * g.ldq + d) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int64_t t = 0; t < count; ++t) _mm512_store_ps(qt + (d + t) * rp + m, r[t]);
+    }
   }
   alignas(64) int32_t lane_pos[kQueryBlock];
   for (int64_t r = 0; r < rp; ++r) lane_pos[r] = r < rows ? seq.first_position + t0 + static_cast<int32_t>(r) : -1;
 
-  const int64_t head_offset = int64_t{task.head} * (sh.nope + sh.v);
+  const float* head_kv = kv + task.head * g.head_kv;
   const int n = static_cast<int>(rp);
   for (int32_t k0 = task.k0; k0 < task.k1; k0 += kTile) {
     const int nk = std::min(kTile, task.k1 - k0);
-    const float* k_nope = kv + (k0 - c0) * g.ldkv + head_offset;  // then v at + nope
+    const float* k_nope = head_kv + (k0 - c0) * g.ldkv;  // then v at + nope
     const float* k_pe = latents + (k0 - c0) * g.latent_dim + g.kv_lora;
     // S^T [nk][rp] = K [nk][nope + rope] . Q^T, k_nope and k_pe read where they lie.
     microKernelRowsN(nk, k_nope, g.ldkv, 1, qt, rp, sh.nope, st, rp, n, false);
@@ -139,7 +144,7 @@ void mhaAttention(ThreadPool& pool, const LatentPoolView& pv, int32_t layer, con
   g.shape = shape;
   g.qk = int64_t{shape.nope} + shape.rope;
   g.ldq = int64_t{shape.heads} * g.qk;
-  g.ldkv = int64_t{shape.heads} * (shape.nope + shape.v) + kRowPad;
+  g.ldkv = int64_t{shape.nope} + shape.v;
   g.latent_dim = L.latent_dim;
   g.kv_lora = L.kv_lora_rank;
   g.num_blocks = (seq.num_queries + kQueryBlock - 1) / kQueryBlock;
@@ -150,11 +155,13 @@ void mhaAttention(ThreadPool& pool, const LatentPoolView& pv, int32_t layer, con
   if (seq.num_queries <= 0) return;
 
   const int32_t context = seq.first_position + seq.num_queries;
-  int64_t chunk = chunk_keys > 0 ? chunk_keys : kUpProjectedBytes / (g.ldkv * int64_t{sizeof(float)});
+  int64_t chunk = chunk_keys > 0 ? chunk_keys : kUpProjectedBytes / (shape.heads * g.ldkv * int64_t{sizeof(float)});
   chunk = std::max<int64_t>(kTile, (chunk + kTile - 1) / kTile * kTile);
   chunk = std::min<int64_t>(chunk, (context + kTile - 1) / kTile * kTile);
+  g.head_kv = chunk * g.ldkv;
   float* latents = scratch.latents.ensure(static_cast<size_t>(chunk * g.latent_dim));
-  float* kv = scratch.kv.ensure(static_cast<size_t>(chunk * g.ldkv));
+  float* kv = scratch.kv.ensure(static_cast<size_t>(shape.heads * g.head_kv));
+  std::vector<LinearProblem> up;
   float* state = scratch.state.ensure(static_cast<size_t>(int64_t{shape.heads} * g.num_blocks * g.state_stride));
 
   std::vector<Task> tasks;
@@ -165,18 +172,27 @@ void mhaAttention(ThreadPool& pool, const LatentPoolView& pv, int32_t layer, con
       copyLatentRows(pv, seq.blocks, layer, first, std::min(kTile, c0 + n - first),
                      latents + (first - c0) * g.latent_dim);
     });
-    // [k_nope | v] of every head for the chunk's keys: c_kv [n, kv_lora] . kv_b_proj^T.
-    const LinearProblem up{latents, n, g.latent_dim, kv_b_proj, WeightLayout::kOutIn, kv, g.ldkv, false};
-    runLinear(pool, std::span<const LinearProblem>(&up, 1));
-    tasks.clear();
-    for (int32_t b = 0; b < g.num_blocks; ++b) {
-      const int32_t last_query = std::min(seq.num_queries, (b + 1) * kQueryBlock) - 1;
-      const int32_t key_end = std::min(c0 + n, seq.first_position + last_query + 1);
-      if (key_end <= c0) continue;  // the whole chunk lies past this block's causal limit
-      for (int32_t h = 0; h < shape.heads; ++h) tasks.push_back({h, b, c0, key_end});
+    // [k_nope | v] of the chunk's keys, c_kv [n, kv_lora] . kv_b_proj^T, one
+    // problem per head so that each head's rows are contiguous (one grouped
+    // GEMM: the heads share the transposed latents).
+    up.clear();
+    for (int32_t h = 0; h < shape.heads; ++h) {
+      up.push_back({latents, n, g.latent_dim, kv_b_proj.rowSlice(h * g.ldkv, g.ldkv), WeightLayout::kOutIn,
+                    kv + h * g.head_kv, g.ldkv, false});
     }
-    // Blocks that see more keys first: they take longest, so the dynamic schedule balances.
-    std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.k1 - a.k0 > b.k1 - b.k0; });
+    runLinear(pool, up);
+    // Head after head, so that the threads share one head's K/V in the cache;
+    // within a head, blocks that see more keys first (they take longest, so
+    // the dynamic schedule balances).
+    tasks.clear();
+    for (int32_t h = 0; h < shape.heads; ++h) {
+      for (int32_t b = g.num_blocks - 1; b >= 0; --b) {
+        const int32_t last_query = std::min(seq.num_queries, (b + 1) * kQueryBlock) - 1;
+        const int32_t key_end = std::min(c0 + n, seq.first_position + last_query + 1);
+        if (key_end <= c0) continue;  // the whole chunk lies past this block's causal limit
+        tasks.push_back({h, b, c0, key_end});
+      }
+    }
     pool.parallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
       runTask(g, seq, latents, kv, c0, state, tasks[static_cast<size_t>(t)]);
     });

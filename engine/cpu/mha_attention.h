@@ -13,7 +13,7 @@
 //   out [S, heads, v]            (o_proj's input layout)
 //
 // Memory: the context is processed in chunks of keys whose up-projected K/V
-// ([keys, heads, nope + v] fp32) fit kUpProjectedBytes; the online softmax
+// ([heads, keys, nope + v] fp32) fit kUpProjectedBytes; the online softmax
 // state of every query (running max, sum, output) is carried from chunk to
 // chunk ([S, heads, v + 2] fp32), so scratch does not grow with the context
 // beyond the chunk. Scratch lives in huge-page HostBuffers owned by the caller.
@@ -54,7 +54,7 @@ struct MhaSequence {
 // Scratch reused across calls (grown to the largest seen).
 struct MhaScratch {
   HostBuffer<float> latents;  // [chunk keys, latent_dim] fp32 copies of the latent rows
-  HostBuffer<float> kv;       // [chunk keys, heads * (nope + v) + pad] up-projected k_nope | v per head
+  HostBuffer<float> kv;       // [heads][chunk keys][nope + v] up-projected k_nope | v
   HostBuffer<float> state;    // per (head, query block): O^T [v][64], max [64], sum [64]
 };
 
