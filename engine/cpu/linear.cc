@@ -18,6 +18,8 @@ constexpr int64_t kKC = 256;  // depth of one pass over a weight block
 constexpr int64_t kNC = 256;  // output columns (weight rows) per packed task
 constexpr int64_t kMC = 256;  // rows of x per packed task (a multiple of 16)
 constexpr int64_t kStreamChunkMin = 256;  // weight rows per streaming task, at least
+constexpr int64_t kStreamSliceBytes = 256 << 10;  // weights swept by every group of 4 input rows in turn
+constexpr int64_t kStreamPrefetchBytes = 4096;    // how far ahead the streaming kernel prefetches weights
 
 // ---- streaming kernels (few rows) ----------------------------------------------
 
@@ -38,6 +40,12 @@ void streamNTRow(const float* x, int64_t ldx, const WeightView& w, int64_t n, fl
   }
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
+    // The weight stream is read once, ahead of its use: with several input
+    // rows the loop body is long, the out-of-order window covers few
+    // iterations and the hardware alone keeps too few loads in flight.
+    const char* next = reinterpret_cast<const char*>(row.p + k) + kStreamPrefetchBytes;
+#pragma GCC unroll 4
+    for (size_t b = 0; b < 64 * sizeof(*row.p); b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int u = 0; u < 4; ++u) {
       const __m512 wv = row.load(k + 16 * u);
@@ -115,24 +123,35 @@ void streamNN(const float* x, int64_t ldx, const WeightView& w, int64_t n0, int6
 template <class Row>
 void streamRange(const LinearProblem& p, int64_t n0, int64_t n1) {
   const bool nt = p.layout == WeightLayout::kOutIn;
-  // Groups of up to 4 rows of x share each pass over the weight rows (which
-  // stay in L2 between groups: a task's slice of W is small).
-  for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
-    const float* x = p.x + m0 * p.ldx;
-    float* y = p.y + m0 * p.ldy;
-    auto go = [&](auto mb) {
-      constexpr int MB = decltype(mb)::value;
-      if (nt) {
-        streamNT<Row, MB>(x, p.ldx, p.w, n0, n1, y, p.ldy, p.accumulate);
-      } else {
-        streamNN<Row, MB>(x, p.ldx, p.w, n0, n1, y, p.ldy, p.accumulate);
+  // Groups of up to 4 rows of x share each pass over the weights. With more
+  // than one group, every group sweeps the same weights, so they go in
+  // slices of output columns small enough to stay in L2 between the groups
+  // (a task's range can be tens of MB: lm_head's 129,280 rows split 16 ways);
+  // otherwise each group would read them from memory again.
+  int64_t slice = n1 - n0;
+  if (p.m > 4) {
+    const int64_t column_bytes = p.k() * static_cast<int64_t>(dtypeSize(p.w.dtype));
+    slice = std::max<int64_t>(64, kStreamSliceBytes / column_bytes / 64 * 64);
+  }
+  for (int64_t s0 = n0; s0 < n1; s0 += slice) {
+    const int64_t s1 = std::min(n1, s0 + slice);
+    for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
+      const float* x = p.x + m0 * p.ldx;
+      float* y = p.y + m0 * p.ldy;
+      auto go = [&](auto mb) {
+        constexpr int MB = decltype(mb)::value;
+        if (nt) {
+          streamNT<Row, MB>(x, p.ldx, p.w, s0, s1, y, p.ldy, p.accumulate);
+        } else {
+          streamNN<Row, MB>(x, p.ldx, p.w, s0, s1, y, p.ldy, p.accumulate);
+        }
+      };
+      switch (std::min<int64_t>(4, p.m - m0)) {
+        case 1: go(std::integral_constant<int, 1>()); break;
+        case 2: go(std::integral_constant<int, 2>()); break;
+        case 3: go(std::integral_constant<int, 3>()); break;
+        default: go(std::integral_constant<int, 4>()); break;
       }
-    };
-    switch (std::min<int64_t>(4, p.m - m0)) {
-      case 1: go(std::integral_constant<int, 1>()); break;
-      case 2: go(std::integral_constant<int, 2>()); break;
-      case 3: go(std::integral_constant<int, 3>()); break;
-      default: go(std::integral_constant<int, 4>()); break;
     }
   }
 }
