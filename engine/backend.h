@@ -66,6 +66,13 @@ struct ForwardTiming {
   double attention_seconds = 0;
   double attention_flops = 0;
   int32_t standard_form_sequences = 0;  // sequence chunks that ran in the standard form
+  // Memory the step read, for bandwidth bounds: every weight matrix a product
+  // used, counted once per product (all dense weights, the routed experts the
+  // batch actually went to, lm_head, the embedding rows), and the latent rows
+  // attention read, counted once per layer and sequence.
+  double weight_bytes_read = 0;
+  double latent_bytes_read = 0;
+  int32_t experts_touched = 0;  // distinct routed experts, summed over the MoE layers
 };
 
 struct ForwardOutput {

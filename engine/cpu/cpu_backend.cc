@@ -93,6 +93,8 @@ class CpuBackend final : public Backend {
   std::vector<int64_t> packed_first_;     // per absorbed sequence: its first row in q_cat / o_lat
   int64_t absorbed_tokens_ = 0;
   cpu::LinearStats linear_stats_;  // of the current run()
+  cpu::LinearStats attention_linear_stats_;  // the attention forms' own products (their time is attention's)
+  int32_t experts_touched_ = 0;
   double attention_seconds_ = 0;
   double attention_flops_ = 0;
   int32_t standard_sequences_ = 0;
@@ -212,7 +214,7 @@ void CpuBackend::absorbedAttention(const ForwardPlan& plan, int layer_index, flo
                           q_cat + (r.packed_first * H + hd) * D, H * D, false});
     }
   }
-  cpu::runLinear(pool_, problems);
+  cpu::runLinear(pool_, problems, &attention_linear_stats_);
   const float scale = static_cast<float>(c.softmaxScale());
   const int half = static_cast<int>(rope / 2);
   for (const AbsorbedRange& r : absorbed_) {
@@ -251,7 +253,7 @@ void CpuBackend::absorbedAttention(const ForwardPlan& plan, int layer_index, flo
                           o_v + r.first_token * H * vd + hd * vd, H * vd, false});
     }
   }
-  cpu::runLinear(pool_, problems);
+  cpu::runLinear(pool_, problems, &attention_linear_stats_);
 }
 
 void CpuBackend::standardAttention(const ForwardPlan& plan, int layer_index, float* q, float* o_v) {
@@ -283,13 +285,15 @@ void CpuBackend::standardAttention(const ForwardPlan& plan, int layer_index, flo
     cpu::mhaAttention(pool_, cpu::LatentPoolView{latents_->data(), layout_}, layer_index, l.kv_b_proj, shape,
                       {q + s.first_token * H * qhd, o_v + s.first_token * H * vd, s.num_tokens, s.cached_len,
                        std::span<const BlockId>(s.blocks)},
-                      a_.mha);
+                      a_.mha, 0, &attention_linear_stats_);
   }
 }
 
 Status CpuBackend::run(const ForwardPlan& plan, ForwardOutput& out) {
   const auto start = std::chrono::steady_clock::now();
   linear_stats_ = {};
+  attention_linear_stats_ = {};
+  experts_touched_ = 0;
   attention_seconds_ = 0;
   attention_flops_ = 0;
   standard_sequences_ = 0;
@@ -301,6 +305,15 @@ Status CpuBackend::run(const ForwardPlan& plan, ForwardOutput& out) {
   out.timing.attention_seconds = attention_seconds_;
   out.timing.attention_flops = attention_flops_;
   out.timing.standard_form_sequences = standard_sequences_;
+  out.timing.experts_touched = experts_touched_;
+  const ModelConfig& c = model_->config();
+  out.timing.weight_bytes_read = linear_stats_.weight_bytes + attention_linear_stats_.weight_bytes +
+                                 static_cast<double>(plan.numTokens()) * c.hidden_size *
+                                     static_cast<double>(dtypeSize(model_->embedding().dtype));
+  double latent_rows = 0;
+  for (const PlannedSequence& seq : plan.sequences) latent_rows += static_cast<double>(seq.cached_len) + seq.num_tokens;
+  out.timing.latent_bytes_read =
+      latent_rows * layout_.layers * layout_.latent_dim * static_cast<double>(layout_.elementBytes());
   return s;
 }
 
@@ -322,7 +335,7 @@ Status CpuBackend::runLayers(const ForwardPlan& plan, ForwardOutput& out) {
     const LayerWeights& l = model_->layer(layer);
     cpu::rmsNormRows(pool_, x, hidden, l.post_attention_norm.data(), a_.h.data(), hidden, T, hidden,
                      static_cast<float>(c.rms_norm_eps));
-    cpu::feedForward(pool_, c, l, a_.h.data(), T, x, a_.ffn, &linear_stats_);
+    experts_touched_ += cpu::feedForward(pool_, c, l, a_.h.data(), T, x, a_.ffn, &linear_stats_);
   }
   const int64_t rows = static_cast<int64_t>(plan.logit_tokens.size());
   out.vocab_size = c.vocab_size;

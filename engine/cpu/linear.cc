@@ -368,7 +368,11 @@ void runLinear(ThreadPool& pool, std::span<const LinearProblem> problems, Linear
   });
   if (stats != nullptr) {
     stats->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (const LinearProblem& p : problems) stats->flops += 2.0 * static_cast<double>(p.m) * p.n() * p.k();
+    for (const LinearProblem& p : problems) {
+      if (p.m <= 0) continue;
+      stats->flops += 2.0 * static_cast<double>(p.m) * p.n() * p.k();
+      stats->weight_bytes += static_cast<double>(p.w.bytes());
+    }
   }
 }
 

@@ -138,7 +138,8 @@ void finishTask(const Geometry& g, const MhaSequence& seq, float* state_base, in
 }  // namespace
 
 void mhaAttention(ThreadPool& pool, const LatentPoolView& pv, int32_t layer, const WeightView& kv_b_proj,
-                  const MhaShape& shape, const MhaSequence& seq, MhaScratch& scratch, int32_t chunk_keys) {
+                  const MhaShape& shape, const MhaSequence& seq, MhaScratch& scratch, int32_t chunk_keys,
+                  LinearStats* up_projection_stats) {
   const LatentLayout& L = pv.layout;
   Geometry g;
   g.shape = shape;
@@ -180,7 +181,7 @@ void mhaAttention(ThreadPool& pool, const LatentPoolView& pv, int32_t layer, con
       up.push_back({latents, n, g.latent_dim, kv_b_proj.rowSlice(h * g.ldkv, g.ldkv), WeightLayout::kOutIn,
                     kv + h * g.head_kv, g.ldkv, false});
     }
-    runLinear(pool, up);
+    runLinear(pool, up, up_projection_stats);
     // Head after head, so that the threads share one head's K/V in the cache;
     // within a head, blocks that see more keys first (they take longest, so
     // the dynamic schedule balances).

@@ -60,8 +60,10 @@ struct MhaScratch {
 
 // kv_b_proj: [heads * (nope + v), kv_lora] as in the checkpoint. chunk_keys:
 // keys per chunk (rounded up to a multiple of 64); 0 derives it from
-// kUpProjectedBytes (tests pass small values to cross chunk edges).
+// kUpProjectedBytes (tests pass small values to cross chunk edges). The
+// up-projection's products are added to *up_projection_stats when given.
 void mhaAttention(ThreadPool& pool, const LatentPoolView& pool_view, int32_t layer, const WeightView& kv_b_proj,
-                  const MhaShape& shape, const MhaSequence& sequence, MhaScratch& scratch, int32_t chunk_keys = 0);
+                  const MhaShape& shape, const MhaSequence& sequence, MhaScratch& scratch, int32_t chunk_keys = 0,
+                  LinearStats* up_projection_stats = nullptr);
 
 }  // namespace lg::engine::cpu
