@@ -139,14 +139,22 @@ void runTaskFewRows(const LatentPoolView& pv, int32_t layer, int32_t heads, cons
     int nk = std::min(kTile, key_end - k0);
     if (bt >= kTile) nk = std::min(nk, bt - k0 % bt);
     const float* keys = keyRows(pv, seq.blocks, layer, k0, nk, tile, in_place);
-    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-      const int nr = static_cast<int>(std::min<int64_t>(4, rows - r0));
-      const float* qp[4];
-      for (int r = 0; r < 4; ++r) qp[r] = q0 + (r0 + std::min(r, nr - 1)) * D;
-      for (int j0 = 0; j0 < nk; j0 += 4) {
-        const int nj = std::min(4, nk - j0);
-        const float* kp[4];
-        for (int j = 0; j < 4; ++j) kp[j] = keys + (j0 + std::min(j, nj - 1)) * D;
+    // Four keys at a time against every query row, so that each key row is
+    // read from memory once and used from L1 by all rows; the next keys are
+    // prefetched meanwhile (each sequence's latents are read once per step,
+    // so they come from memory, and the compute per key is short).
+    for (int j0 = 0; j0 < nk; j0 += 4) {
+      const int nj = std::min(4, nk - j0);
+      const float* kp[4];
+      for (int j = 0; j < 4; ++j) kp[j] = keys + (j0 + std::min(j, nj - 1)) * D;
+      if (j0 + 8 < nk) {
+        const char* ahead = reinterpret_cast<const char*>(keys + (j0 + 8) * D);
+        for (int64_t b = 0; b < int64_t{4} * D * int64_t{sizeof(float)}; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+      }
+      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, rows - r0));
+        const float* qp[4];
+        for (int r = 0; r < 4; ++r) qp[r] = q0 + (r0 + std::min(r, nr - 1)) * D;
         dot4x4(qp, kp, D, s + r0 * kTile + j0, kTile, nr, nj);
       }
     }
@@ -154,8 +162,11 @@ void runTaskFewRows(const LatentPoolView& pv, int32_t layer, int32_t heads, cons
       float* sr = s + r * kTile;
       const int32_t pos = seq.first_position + task.t0 + static_cast<int32_t>(r / heads);
       const int valid = std::clamp(pos - k0 + 1, 0, nk);
-      float tile_max = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < valid; ++j) tile_max = std::max(tile_max, sr[j]);
+      __m512 vtile_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+      for (int j = 0; j < valid; j += 16) {
+        vtile_max = _mm512_mask_max_ps(vtile_max, tailMask(valid - j), vtile_max, _mm512_loadu_ps(sr + j));
+      }
+      const float tile_max = _mm512_reduce_max_ps(vtile_max);
       if (valid == 0) {
         std::fill_n(sr, kTile, 0.0f);
         continue;
@@ -194,8 +205,11 @@ void runTaskFewRows(const LatentPoolView& pv, int32_t layer, int32_t heads, cons
   }
   float* out0 = seq.out + int64_t{task.t0} * heads * kv;
   for (int64_t r = 0; r < rows; ++r) {
-    const float inv = 1.0f / sum[r];
-    for (int64_t c = 0; c < kv; ++c) out0[r * kv + c] = o[r * ldo + c] * inv;
+    const __m512 inv = _mm512_set1_ps(1.0f / sum[r]);
+    for (int64_t c = 0; c < kv; c += 16) {
+      const __mmask16 m = tailMask(kv - c);
+      _mm512_mask_storeu_ps(out0 + r * kv + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + r * ldo + c), inv));
+    }
   }
 }
 
