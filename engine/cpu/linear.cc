@@ -40,12 +40,16 @@ void streamNTRow(const float* x, int64_t ldx, const WeightView& w, int64_t n, fl
   }
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
-    // The weight stream is read once, ahead of its use: with several input
-    // rows the loop body is long, the out-of-order window covers few
-    // iterations and the hardware alone keeps too few loads in flight.
-    const char* next = reinterpret_cast<const char*>(row.p + k) + kStreamPrefetchBytes;
+    // The weight stream is prefetched ahead of its use when several input
+    // rows share it: the loop body is then long, the out-of-order window
+    // covers few iterations and the hardware alone keeps too few loads in
+    // flight. With one row the hardware keeps up, and software prefetches
+    // only compete with it (a batch-1 decode step was slower with them).
+    if constexpr (MB > 1) {
+      const char* next = reinterpret_cast<const char*>(row.p + k) + kStreamPrefetchBytes;
 #pragma GCC unroll 4
-    for (size_t b = 0; b < 64 * sizeof(*row.p); b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+      for (size_t b = 0; b < 64 * sizeof(*row.p); b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    }
 #pragma GCC unroll 4
     for (int u = 0; u < 4; ++u) {
       const __m512 wv = row.load(k + 16 * u);
