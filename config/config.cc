@@ -21,18 +21,20 @@ namespace {
 
 using json = nlohmann::json;
 using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, LatentDTypeSetting*,
-                              StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*>;
+                              PrefillAttentionSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*>;
 
 // The names of each enum setting, indexed by the enumerator's value: the one
 // list that parsing, validation messages and `config show` use.
 constexpr std::array<std::string_view, 2> kLogFormatNames = {"text", "json"};
 constexpr std::array<std::string_view, 2> kLatentDTypeNames = {"f32", "bf16"};
+constexpr std::array<std::string_view, 3> kPrefillAttentionNames = {"auto", "absorbed", "standard"};
 constexpr std::array<std::string_view, 4> kStoredDTypeNames = {"pool", "f32", "bf16", "int8"};
 constexpr std::array<std::string_view, 3> kRestorePolicyNames = {"auto", "always", "never"};
 constexpr std::array<std::string_view, 2> kFingerprintNames = {"sampled", "full"};
 
 std::span<const std::string_view> enumNames(LogFormat) { return kLogFormatNames; }
 std::span<const std::string_view> enumNames(LatentDTypeSetting) { return kLatentDTypeNames; }
+std::span<const std::string_view> enumNames(PrefillAttentionSetting) { return kPrefillAttentionNames; }
 std::span<const std::string_view> enumNames(StoredDTypeSetting) { return kStoredDTypeNames; }
 std::span<const std::string_view> enumNames(RestorePolicySetting) { return kRestorePolicyNames; }
 std::span<const std::string_view> enumNames(FingerprintSetting) { return kFingerprintNames; }
@@ -68,6 +70,7 @@ const std::array kFields = {
     LG_FIELD("engine.latent_dtype", engine.latent_dtype),
     LG_FIELD("engine.pool_blocks", engine.pool_blocks),
     LG_FIELD("engine.max_batch_tokens", engine.max_batch_tokens),
+    LG_FIELD("engine.prefill_attention", engine.prefill_attention),
     LG_FIELD("cache.block_tokens", cache.block_tokens),
     LG_FIELD("cache.tier0_budget_bytes", cache.tier0_budget_bytes),
     LG_FIELD("cache.disk_path", cache.disk_path),

@@ -34,6 +34,9 @@ struct ServerOptions {
 // The dtype of the engine's latent pool. BF16 halves the pool's memory but
 // misses the 1e-3 golden bar (docs/engine.md), so F32 is the default.
 enum class LatentDTypeSetting : uint8_t { kF32, kBF16 };
+// The form of MLA attention (docs/engine.md): the cheaper per sequence chunk
+// by arithmetic, or one forced for every chunk (to compare them).
+enum class PrefillAttentionSetting : uint8_t { kAuto, kAbsorbed, kStandard };
 
 struct EngineOptions {
   std::string model_dir;  // empty: the demo model under data_dir/models/demo
@@ -42,6 +45,7 @@ struct EngineOptions {
   LatentDTypeSetting latent_dtype = LatentDTypeSetting::kF32;
   int64_t pool_blocks = 0;           // latent pool capacity in blocks; 0: enough for 4 sequences of max_context
   int64_t max_batch_tokens = 16384;  // new tokens per forward pass (bounds activation memory)
+  PrefillAttentionSetting prefill_attention = PrefillAttentionSetting::kAuto;  // auto, absorbed, standard
 };
 
 // How stored blocks are encoded on disk: as the pool holds them, or

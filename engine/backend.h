@@ -54,10 +54,25 @@ struct ForwardBatch {
 // Where a forward call spent its time (wall clock) and arithmetic.
 struct ForwardTiming {
   double total_seconds = 0;
-  double linear_seconds = 0;  // weight GEMMs / GEMVs (attention projections, MLPs, experts, lm_head)
+  // Weight GEMMs / GEMVs that every attention form runs alike: q, kv_a and
+  // o_proj, MLPs, experts, router, lm_head.
+  double linear_seconds = 0;
   double linear_flops = 0;
-  double attention_seconds = 0;  // softmax(q . latents) . c_kv over the cache
+  // Attention over the cache in the form each sequence chunk chose
+  // (attention_form.h), with the products that belong to that form: absorbed,
+  // q_nope @ W_UK, the kernel over the latents and o_lat @ W_UV^T; standard,
+  // the up-projection of the context through kv_b_proj and the kernel.
+  // attention_flops is attentionArithmetic() of the chosen forms.
+  double attention_seconds = 0;
   double attention_flops = 0;
+  int32_t standard_form_sequences = 0;  // sequence chunks that ran in the standard form
+  // Memory the step read, for bandwidth bounds: every weight matrix a product
+  // used, counted once per product (all dense weights, the routed experts the
+  // batch actually went to, lm_head, the embedding rows), and the latent rows
+  // attention read, counted once per layer and sequence.
+  double weight_bytes_read = 0;
+  double latent_bytes_read = 0;
+  int32_t experts_touched = 0;  // distinct routed experts, summed over the MoE layers
 };
 
 struct ForwardOutput {
@@ -72,6 +87,11 @@ struct ForwardOutput {
   }
 };
 
+// How attention is computed (attention_form.h): the cheaper form per sequence
+// chunk, or one form forced for every chunk, decode steps included (to compare
+// the two; the standard form is slow for decode).
+enum class AttentionForm : uint8_t { kAuto, kAbsorbed, kStandard };
+
 struct BackendOptions {
   int threads = 0;       // 0: one per hardware thread
   int block_tokens = 64;  // cache.block_tokens
@@ -79,6 +99,7 @@ struct BackendOptions {
   int64_t num_blocks = 0;  // pool capacity; 0: enough for 4 sequences of max_context
   int max_context = 0;     // 0: the model's max_position_embeddings
   int64_t max_batch_tokens = 16384;  // new tokens per forward() (bounds activation memory)
+  AttentionForm attention_form = AttentionForm::kAuto;  // engine.prefill_attention
 };
 
 class ForwardPlan;

@@ -6,6 +6,15 @@ LatentDType latentDType(LatentDTypeSetting setting) {
   return setting == LatentDTypeSetting::kBF16 ? LatentDType::kBF16 : LatentDType::kF32;
 }
 
+AttentionForm attentionForm(PrefillAttentionSetting setting) {
+  switch (setting) {
+    case PrefillAttentionSetting::kAbsorbed: return AttentionForm::kAbsorbed;
+    case PrefillAttentionSetting::kStandard: return AttentionForm::kStandard;
+    case PrefillAttentionSetting::kAuto: break;
+  }
+  return AttentionForm::kAuto;
+}
+
 BackendOptions backendOptions(const Config& config) {
   BackendOptions o;
   o.threads = config.engine.threads;
@@ -14,6 +23,7 @@ BackendOptions backendOptions(const Config& config) {
   o.num_blocks = config.engine.pool_blocks;
   o.max_context = config.engine.max_context;
   o.max_batch_tokens = config.engine.max_batch_tokens;
+  o.attention_form = attentionForm(config.engine.prefill_attention);
   return o;
 }
 

@@ -9,6 +9,7 @@
 namespace lg::engine {
 
 LatentDType latentDType(LatentDTypeSetting setting);
+AttentionForm attentionForm(PrefillAttentionSetting setting);
 BackendOptions backendOptions(const Config& config);
 
 }  // namespace lg::engine

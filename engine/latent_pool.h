@@ -40,7 +40,10 @@ namespace lg::engine {
 // tokens (kernels that round differently, a RoPE or norm fix, a new latent
 // layout): every block computed by the old engine then misses in the prefix
 // cache instead of being served (the cache keys blocks by it).
-inline constexpr uint32_t kLatentFormatVersion = 1;
+// 2: fresh prefill chunks attend in the standard form (attention_form.h),
+// which rounds attention outputs differently, so the latents of layers >= 1
+// differ from version 1's in the last bits.
+inline constexpr uint32_t kLatentFormatVersion = 2;
 
 enum class LatentDType { kF32, kBF16 };
 

@@ -1,194 +1,30 @@
 // engine_bench: the CPU engine against this machine's physical limits, all
-// measured in one run (docs/benchmarks.md, "Engine"):
+// measured in one run (docs/benchmarks.md, "Engine"). The default mode:
 //  (a) decode step time at batch 1 on the `bench` preset vs the memory-bandwidth
 //      bound: (active weight bytes + latent bytes read) / copy bandwidth;
 //  (b) prefill throughput and GEMM efficiency vs the best sgemm on this machine
 //      (OpenBLAS, with its default and its AVX-512 kernels, large square);
 //  (c) resident memory after loading vs the checkpoint size.
-//
-// Usage: engine_bench --model DIR [--threads N] [--prefill-tokens 8000]
-//        [--decode-steps 16]
+// The other modes are in engine_bench.h; usage: kUsage there.
 // DIR is created with the `bench` preset (seed 0) when it holds no config.json.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "bench/engine/engine_bench.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "cli/terminal_progress.h"
+#include "bench/engine/bench_util.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/cpu/linear.h"
-#include "engine/cpu/simd.h"  // AVX-512 intrinsics (with GCC 12's header warnings silenced)
-#include "engine/model/presets.h"
 #include "engine/sequence_blocks.h"
 
-#if LG_HAVE_OPENBLAS
-#include <cblas.h>
-extern "C" char* openblas_get_corename(void);
-#endif
-
-extern char** environ;
-
-namespace lg::engine {
+namespace lg::engine::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-struct Args {
-  std::string model_dir;
-  int threads = 0;
-  int prefill_tokens = 8000;
-  int decode_steps = 6;  // per round; 5 rounds per context
-  int short_context = 256;
-};
-
-[[noreturn]] void die(const std::string& message) {
-  std::fprintf(stderr, "engine_bench: %s\n", message.c_str());
-  std::exit(1);
-}
-
-// ---- memory bandwidth ------------------------------------------------------------
-
-struct Bandwidth {
-  double copy_gbs = 0;  // STREAM convention: bytes read + bytes written per second
-  double read_gbs = 0;  // bytes read per second (an AVX-512 sum)
-};
-
-Bandwidth measureBandwidth(int threads, size_t n = size_t{1} << 30) {
-  std::vector<char> a(n, 1), b(n, 2);
-  Bandwidth best;
-  for (int th : {1, threads}) {
-    for (int rep = 0; rep < 3; ++rep) {
-      auto t0 = Clock::now();
-      std::vector<std::thread> pool;
-      for (int i = 0; i < th; ++i) {
-        pool.emplace_back([&, i] { std::memcpy(b.data() + n / th * i, a.data() + n / th * i, n / th); });
-      }
-      for (auto& t : pool) t.join();
-      best.copy_gbs = std::max(best.copy_gbs, 2.0 * n / seconds(t0, Clock::now()) / 1e9);
-      t0 = Clock::now();
-      std::vector<double> sums(static_cast<size_t>(th));
-      pool.clear();
-      for (int i = 0; i < th; ++i) {
-        pool.emplace_back([&, i] {
-          const float* p = reinterpret_cast<const float*>(a.data() + n / th * i);
-          __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-          for (size_t j = 0; j < n / th / 4; j += 64) {
-            s0 = _mm512_add_ps(s0, _mm512_loadu_ps(p + j));
-            s1 = _mm512_add_ps(s1, _mm512_loadu_ps(p + j + 16));
-            s2 = _mm512_add_ps(s2, _mm512_loadu_ps(p + j + 32));
-            s3 = _mm512_add_ps(s3, _mm512_loadu_ps(p + j + 48));
-          }
-          sums[static_cast<size_t>(i)] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-        });
-      }
-      for (auto& t : pool) t.join();
-      best.read_gbs = std::max(best.read_gbs, n / seconds(t0, Clock::now()) / 1e9);
-    }
-  }
-  return best;
-}
-
-// ---- GEMM peaks --------------------------------------------------------------------
-
-constexpr int kSquare = 3072;
-
-#if LG_HAVE_OPENBLAS
-// Child mode: OpenBLAS reads OPENBLAS_CORETYPE when it loads, so each kernel
-// family is measured in its own process.
-int sgemmChild() {
-  const int n = kSquare;
-  std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
-  for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<float>(i % 7) * 0.1f;
-    b[i] = static_cast<float>(i % 5) * 0.1f;
-  }
-  double best = 1e30;
-  for (int rep = 0; rep < 4; ++rep) {
-    auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    if (rep > 0) best = std::min(best, seconds(t0, Clock::now()));
-  }
-  std::printf("%s %.3f\n", openblas_get_corename(), 2.0 * n * n * n / best / 1e9);
-  return 0;
-}
-
-// Runs this binary as an sgemm child with OPENBLAS_CORETYPE set (or not).
-std::pair<std::string, double> sgemmIn(const std::string& coretype, int threads) {
-  int fds[2];
-  if (::pipe(fds) != 0) return {"", 0};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "OPENBLAS_", 9) != 0) env_strings.emplace_back(*e);
-  }
-  if (!coretype.empty()) env_strings.push_back("OPENBLAS_CORETYPE=" + coretype);
-  env_strings.push_back("OPENBLAS_NUM_THREADS=" + std::to_string(threads));
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string self = "/proc/self/exe", flag = "--sgemm-child";
-  char* argv[] = {self.data(), flag.data(), nullptr};
-  pid_t pid;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  std::string out;
-  char buf[256];
-  ssize_t r;
-  while ((r = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(r));
-  ::close(fds[0]);
-  if (rc != 0) return {"", 0};
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  char name[64] = {};
-  double gflops = 0;
-  if (std::sscanf(out.c_str(), "%63s %lf", name, &gflops) != 2) return {"", 0};
-  return {name, gflops};
-}
-#endif
-
-double ownGemm(DType dtype, int threads) {
-  const int64_t n = kSquare;
-  std::vector<uint8_t> w(static_cast<size_t>(n * n) * dtypeSize(dtype));
-  for (size_t i = 0; i < w.size() / dtypeSize(dtype); ++i) {
-    const float v = static_cast<float>(i % 5) * 0.1f;
-    if (dtype == DType::kF32) {
-      std::memcpy(&w[4 * i], &v, 4);
-    } else {
-      const uint16_t h = floatToBf16(v);
-      std::memcpy(&w[2 * i], &h, 2);
-    }
-  }
-  std::vector<float> x(static_cast<size_t>(n * n), 0.01f), y(static_cast<size_t>(n * n));
-  WeightView view;
-  view.dtype = dtype;
-  view.data = w.data();
-  view.ld = view.rows = view.cols = n;
-  cpu::LinearProblem p{x.data(), n, n, view, cpu::WeightLayout::kOutIn, y.data(), n, false};
-  ThreadPool pool(threads);
-  double best = 1e30;
-  for (int rep = 0; rep < 4; ++rep) {
-    auto t0 = Clock::now();
-    cpu::runLinear(pool, std::span<const cpu::LinearProblem>(&p, 1));
-    if (rep > 0) best = std::min(best, seconds(t0, Clock::now()));
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
 
 // ---- resident memory ---------------------------------------------------------------
 
@@ -219,11 +55,6 @@ struct DecodeResult {
   double bytes = 0;
   int context = 0;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Rounds of (memory copy bandwidth, then a few decode steps). The machine is
 // a shared VM whose memory bandwidth drifts by tens of percent over a minute,
@@ -263,48 +94,31 @@ DecodeResult decode(Backend& backend, SequenceBlocks& seq, int32_t first_token, 
   return {median(step_ms), median(bounds), median(ratios), median(bws), bytes, seq.length()};
 }
 
-int run(const Args& args) {
+}  // namespace
+
+int runDefault(const Args& args) {
   const int threads = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
   std::printf("engine_bench: %d threads\n", threads);
   const Bandwidth bw = measureBandwidth(threads);
   std::printf("memory: copy %.1f GB/s (read+write bytes), read %.1f GB/s\n", bw.copy_gbs, bw.read_gbs);
-  std::string blas_name = "none";
-  double blas_gflops = 0;
-#if LG_HAVE_OPENBLAS
-  for (const std::string core : {"", "SkylakeX"}) {
-    auto [name, gflops] = sgemmIn(core, threads);
-    std::printf("OpenBLAS sgemm %d^3 (%s): %.1f GFLOPS\n", kSquare, name.c_str(), gflops);
-    if (gflops > blas_gflops) {
-      blas_gflops = gflops;
-      blas_name = "OpenBLAS " + name;
-    }
-  }
-#endif
+  const Sgemm sgemm_start = bestSgemm(threads, "");
+  std::string blas_name = sgemm_start.name;
+  double blas_gflops = sgemm_start.gflops;
   const double own_f32 = ownGemm(DType::kF32, threads);
   const double own_bf16 = ownGemm(DType::kBF16, threads);
   std::printf("engine linear %d^3: F32 weights %.1f GFLOPS, BF16 weights %.1f GFLOPS\n", kSquare, own_f32, own_bf16);
 
-  if (::access((args.model_dir + "/config.json").c_str(), F_OK) != 0) {
-    std::printf("writing the bench preset to %s\n", args.model_dir.c_str());
-    CheckpointInitOptions init;
-    init.progress = cli::terminalByteProgress("bench preset");
-    if (Status s = writeRandomCheckpoint(*presetConfig("bench"), args.model_dir, init); !s.isOk()) die(s.toString());
-  }
   const Rss before = rss();
-  ModelLoadOptions load;
-  load.prefetch = true;
-  load.progress = cli::terminalLoadProgress("loading " + args.model_dir);
-  auto t_load = Clock::now();
-  auto model = Model::load(args.model_dir, load);
-  if (!model.isOk()) die(model.status().toString());
-  const double load_s = seconds(t_load, Clock::now());
-  const uint64_t checkpoint = (*model)->checkpointBytes();
-  const uint64_t active_weights = (*model)->activeWeightBytesPerToken();
+  double load_s = 0;
+  std::unique_ptr<Model> model = loadBenchModel(args.model_dir, &load_s);
+  const uint64_t checkpoint = model->checkpointBytes();
+  const uint64_t active_weights = model->activeWeightBytesPerToken();
   const Rss loaded = rss();
   BackendOptions options;
   options.threads = threads;
   options.num_blocks = 3 * ((args.prefill_tokens + args.decode_steps + 2 + args.short_context) / 64 + 4);
-  auto backend_or = createCpuBackend(std::move(model).value(), options);
+  options.attention_form = args.attention_form;
+  auto backend_or = createCpuBackend(std::move(model), options);
   if (!backend_or.isOk()) die(backend_or.status().toString());
   Backend& backend = **backend_or;
   const ModelConfig& c = backend.config();
@@ -368,16 +182,10 @@ int run(const Args& args) {
                 d->context, d->ms_per_token, d->bound_ms, d->bytes / 1e6, d->copy_gbs, 100 * d->ratio);
   }
   // The sgemm reference again after the long runs; the larger value is the reference.
-#if LG_HAVE_OPENBLAS
-  for (const std::string core : {"", "SkylakeX"}) {
-    auto [name, gflops] = sgemmIn(core, threads);
-    std::printf("OpenBLAS sgemm %d^3 (%s), after: %.1f GFLOPS\n", kSquare, name.c_str(), gflops);
-    if (gflops > blas_gflops) {
-      blas_gflops = gflops;
-      blas_name = "OpenBLAS " + name;
-    }
+  if (const Sgemm after = bestSgemm(threads, ", after"); after.gflops > blas_gflops) {
+    blas_gflops = after.gflops;
+    blas_name = after.name;
   }
-#endif
 
   // The section for docs/benchmarks.md.
   std::printf("\n---- markdown ----\n");
@@ -396,8 +204,8 @@ int run(const Args& args) {
               prefill_s, prefill_tps, cold_s);
   std::printf("| (b) prefill weight GEMMs | %.1f GFLOPS (%.1f s) | %.1f GFLOPS | %.0f%% |\n", linear_gflops,
               tm.linear_seconds, blas_gflops, blas_gflops > 0 ? 100 * linear_gflops / blas_gflops : 0.0);
-  std::printf("| (b) prefill attention (absorbed MLA) | %.1f GFLOPS (%.1f s) | %.1f GFLOPS | %.0f%% |\n", attention_gflops,
-              tm.attention_seconds, blas_gflops, blas_gflops > 0 ? 100 * attention_gflops / blas_gflops : 0.0);
+  std::printf("| (b) prefill attention (%s form) | %.1f GFLOPS (%.1f s) | %.1f GFLOPS | %.0f%% |\n",
+              tm.standard_form_sequences > 0 ? "standard" : "absorbed", attention_gflops, tm.attention_seconds, blas_gflops, blas_gflops > 0 ? 100 * attention_gflops / blas_gflops : 0.0);
   std::printf("| (b) prefill, all arithmetic / wall time | %.1f GFLOPS | %.1f GFLOPS | %.0f%% |\n", total_gflops,
               blas_gflops, blas_gflops > 0 ? 100 * total_gflops / blas_gflops : 0.0);
   std::printf("| (c) RSS after load (weights prefetched) | %.0f MiB: %.0f anon + %.0f file-backed | checkpoint %.0f MiB | %.2fx |\n",
@@ -408,23 +216,39 @@ int run(const Args& args) {
   return 0;
 }
 
+}  // namespace lg::engine::bench
+
+namespace {
+
+std::vector<int> parseList(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+lg::engine::AttentionForm parseForm(const std::string& text) {
+  if (text == "auto") return lg::engine::AttentionForm::kAuto;
+  if (text == "absorbed") return lg::engine::AttentionForm::kAbsorbed;
+  if (text == "standard") return lg::engine::AttentionForm::kStandard;
+  lg::engine::bench::die("--attention-form: expected auto, absorbed or standard, got " + text);
+}
+
 }  // namespace
-}  // namespace lg::engine
 
 int main(int argc, char** argv) {
-  lg::engine::Args args;
+  namespace bench = lg::engine::bench;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up when redirected to a file
+  bench::Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
-      if (i + 1 >= argc) lg::engine::die("missing value after " + a);
+      if (i + 1 >= argc) bench::die("missing value after " + a);
       return argv[++i];
     };
     if (a == "--sgemm-child") {
-#if LG_HAVE_OPENBLAS
-      return lg::engine::sgemmChild();
-#else
-      return 1;
-#endif
+      return bench::sgemmChild();
     } else if (a == "--model") {
       args.model_dir = next();
     } else if (a == "--threads") {
@@ -435,11 +259,28 @@ int main(int argc, char** argv) {
       args.decode_steps = std::stoi(next());
     } else if (a == "--short-context") {
       args.short_context = std::stoi(next());
+    } else if (a == "--attention-form") {
+      args.attention_form = parseForm(next());
+    } else if (a == "--attention-forms") {
+      args.mode = bench::Mode::kAttentionForms;
+    } else if (a == "--suffix-tokens") {
+      args.suffix_tokens = std::stoi(next());
+    } else if (a == "--repeats") {
+      args.repeats = std::stoi(next());
+    } else if (a == "--decode-batches") {
+      args.mode = bench::Mode::kDecodeBatches;
+      args.decode_batches = parseList(next());
+    } else if (a == "--decode-context") {
+      args.decode_context = std::stoi(next());
     } else {
-      lg::engine::die("unknown argument " + a + " (usage: engine_bench --model DIR [--threads N] "
-                      "[--prefill-tokens N] [--decode-steps N] [--short-context N])");
+      bench::die("unknown argument " + a + "\n" + bench::kUsage);
     }
   }
-  if (args.model_dir.empty()) lg::engine::die("--model DIR is required");
-  return lg::engine::run(args);
+  if (args.model_dir.empty()) bench::die(std::string("--model DIR is required\n") + bench::kUsage);
+  switch (args.mode) {
+    case bench::Mode::kAttentionForms: return bench::runAttentionForms(args);
+    case bench::Mode::kDecodeBatches: return bench::runDecodeBatches(args);
+    case bench::Mode::kDefault: break;
+  }
+  return bench::runDefault(args);
 }

@@ -55,6 +55,8 @@ struct Args {
   int threads = 0;
   uint64_t seed = 1;
   bool rerender_only = false;
+  std::string phases = "on,off,4x";  // which runs: cache on, cache off, 4x the rate
+  int overload_max_running = 4;      // sequences at once in the 4x run, so that its queue fills
 };
 
 // English-like filler text of about `tokens` tokens.
@@ -181,12 +183,12 @@ class Workload {
       const auto wait = submitted < args_.requests ? std::max(Clock::duration::zero(), next_arrival - Clock::now())
                                                    : Clock::duration(std::chrono::seconds(600));
       std::optional<serving::StreamEvent> e = events.popFor(wait);
-      if (!e || !e->final) {
-        if (e) replies_[e->request_id].insert(replies_[e->request_id].end(), e->token_ids.begin(), e->token_ids.end());
-        continue;
+      if (e) {
+        replies_[e->request_id].insert(replies_[e->request_id].end(), e->token_ids.begin(), e->token_ids.end());
+        texts_[e->request_id] += e->text;
       }
-      auto& reply = replies_[e->request_id];
-      reply.insert(reply.end(), e->token_ids.begin(), e->token_ids.end());
+      if (!e || !e->final) continue;
+      const std::vector<int32_t>& reply = replies_[e->request_id];
       InFlight f = std::move(in_flight.at(e->request_id));
       in_flight.erase(e->request_id);
       Conversation& conv = conversations[f.conversation];
@@ -205,11 +207,14 @@ class Workload {
       if (e->finish_reason == serving::FinishReason::kLength || e->finish_reason == serving::FinishReason::kStop) {
         conv.last_prompt = f.ids;
         conv.last_reply = reply;
-        conv.messages.push_back({{"role", "assistant"}, {"content", tok_.decode(reply).value()}});
+        // The text the client saw (ids without a token in the vocabulary,
+        // which random weights do sample, have none).
+        conv.messages.push_back({{"role", "assistant"}, {"content", texts_[e->request_id]}});
       } else {
         conv.messages.erase(conv.messages.end() - 1);
       }
       replies_.erase(e->request_id);
+      texts_.erase(e->request_id);
     }
     result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     result.stats = scheduler.schedulerStats();
@@ -223,6 +228,7 @@ class Workload {
   std::mt19937_64 rng_;
   std::string system_;
   std::map<uint64_t, std::vector<int32_t>> replies_;
+  std::map<uint64_t, std::string> texts_;
 };
 
 json summarize(const RunResult& r, double rate) {
@@ -329,14 +335,15 @@ int run(const Args& args) {
     return 2;
   }
   Workload workload(args, **tok, *tmpl);
-  auto phase = [&](const std::string& name, bool with_cache, double rate, int max_queued, int queue_wait_ms) {
+  auto phase = [&](const std::string& name, bool with_cache, double rate, int max_queued, int queue_wait_ms,
+                   int max_running) {
     std::unique_ptr<cache::PrefixCache> cache;
     if (with_cache) {
       cache = cache::PrefixCache::create((*backend)->latentPool(), nullptr, cache::sha256("serving_bench"), {}).value();
     }
     serving::SchedulerOptions so;
     so.step_tokens = args.step_tokens;
-    so.max_running = 64;
+    so.max_running = max_running;
     so.max_queued = max_queued;
     so.max_queue_wait = std::chrono::milliseconds(queue_wait_ms);
     so.eos_token_ids = {};  // random weights: replies run to max_tokens, the same length in every run
@@ -355,10 +362,12 @@ int run(const Args& args) {
     auto scheduler = serving::Scheduler::create(**backend, nullptr, **tok, {}).value();
     w.run("warm-up", *scheduler, 1.0);
   }
-  phase("cache_on", true, args.rate, 1000, 600000);
-  phase("cache_off", false, args.rate, 1000, 600000);
-  // Overload: 4x the rate with a bounded queue (4 waiting, 10 s wait at most).
-  phase("cache_on_4x", true, args.rate * 4, 4, 10000);
+  auto wanted = [&](const char* p) { return ("," + args.phases + ",").find(std::string(",") + p + ",") != std::string::npos; };
+  if (wanted("on")) phase("cache_on", true, args.rate, 1000, 600000, 64);
+  if (wanted("off")) phase("cache_off", false, args.rate, 1000, 600000, 64);
+  // Overload: 4x the rate, at most `overload_max_running` sequences at once
+  // and a bounded queue (4 waiting, 10 s wait at most).
+  if (wanted("4x")) phase("cache_on_4x", true, args.rate * 4, 4, 10000, args.overload_max_running);
   return 0;
 }
 
@@ -378,6 +387,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", args.threads, "Compute threads (0: all)");
   app.add_option("--seed", args.seed, "Workload seed");
   app.add_flag("--rerender-only", args.rerender_only, "Only report chat-template re-rendering of replies");
+  app.add_option("--phases", args.phases, "Runs: any of on,off,4x");
+  app.add_option("--overload-max-running", args.overload_max_running, "Sequences at once in the 4x run");
   CLI11_PARSE(app, argc, argv);
   return lg::bench::run(args);
 }

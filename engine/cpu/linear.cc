@@ -18,6 +18,8 @@ constexpr int64_t kKC = 256;  // depth of one pass over a weight block
 constexpr int64_t kNC = 256;  // output columns (weight rows) per packed task
 constexpr int64_t kMC = 256;  // rows of x per packed task (a multiple of 16)
 constexpr int64_t kStreamChunkMin = 256;  // weight rows per streaming task, at least
+constexpr int64_t kStreamSliceBytes = 256 << 10;  // weights swept by every group of 4 input rows in turn
+constexpr int64_t kStreamPrefetchBytes = 4096;    // how far ahead the streaming kernel prefetches weights
 
 // ---- streaming kernels (few rows) ----------------------------------------------
 
@@ -38,6 +40,16 @@ void streamNTRow(const float* x, int64_t ldx, const WeightView& w, int64_t n, fl
   }
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
+    // The weight stream is prefetched ahead of its use when several input
+    // rows share it: the loop body is then long, the out-of-order window
+    // covers few iterations and the hardware alone keeps too few loads in
+    // flight. With one row the hardware keeps up, and software prefetches
+    // only compete with it (a batch-1 decode step was slower with them).
+    if constexpr (MB > 1) {
+      const char* next = reinterpret_cast<const char*>(row.p + k) + kStreamPrefetchBytes;
+#pragma GCC unroll 4
+      for (size_t b = 0; b < 64 * sizeof(*row.p); b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    }
 #pragma GCC unroll 4
     for (int u = 0; u < 4; ++u) {
       const __m512 wv = row.load(k + 16 * u);
@@ -115,24 +127,35 @@ void streamNN(const float* x, int64_t ldx, const WeightView& w, int64_t n0, int6
 template <class Row>
 void streamRange(const LinearProblem& p, int64_t n0, int64_t n1) {
   const bool nt = p.layout == WeightLayout::kOutIn;
-  // Groups of up to 4 rows of x share each pass over the weight rows (which
-  // stay in L2 between groups: a task's slice of W is small).
-  for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
-    const float* x = p.x + m0 * p.ldx;
-    float* y = p.y + m0 * p.ldy;
-    auto go = [&](auto mb) {
-      constexpr int MB = decltype(mb)::value;
-      if (nt) {
-        streamNT<Row, MB>(x, p.ldx, p.w, n0, n1, y, p.ldy, p.accumulate);
-      } else {
-        streamNN<Row, MB>(x, p.ldx, p.w, n0, n1, y, p.ldy, p.accumulate);
+  // Groups of up to 4 rows of x share each pass over the weights. With more
+  // than one group, every group sweeps the same weights, so they go in
+  // slices of output columns small enough to stay in L2 between the groups
+  // (a task's range can be tens of MB: lm_head's 129,280 rows split 16 ways);
+  // otherwise each group would read them from memory again.
+  int64_t slice = n1 - n0;
+  if (p.m > 4) {
+    const int64_t column_bytes = p.k() * static_cast<int64_t>(dtypeSize(p.w.dtype));
+    slice = std::max<int64_t>(64, kStreamSliceBytes / column_bytes / 64 * 64);
+  }
+  for (int64_t s0 = n0; s0 < n1; s0 += slice) {
+    const int64_t s1 = std::min(n1, s0 + slice);
+    for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
+      const float* x = p.x + m0 * p.ldx;
+      float* y = p.y + m0 * p.ldy;
+      auto go = [&](auto mb) {
+        constexpr int MB = decltype(mb)::value;
+        if (nt) {
+          streamNT<Row, MB>(x, p.ldx, p.w, s0, s1, y, p.ldy, p.accumulate);
+        } else {
+          streamNN<Row, MB>(x, p.ldx, p.w, s0, s1, y, p.ldy, p.accumulate);
+        }
+      };
+      switch (std::min<int64_t>(4, p.m - m0)) {
+        case 1: go(std::integral_constant<int, 1>()); break;
+        case 2: go(std::integral_constant<int, 2>()); break;
+        case 3: go(std::integral_constant<int, 3>()); break;
+        default: go(std::integral_constant<int, 4>()); break;
       }
-    };
-    switch (std::min<int64_t>(4, p.m - m0)) {
-      case 1: go(std::integral_constant<int, 1>()); break;
-      case 2: go(std::integral_constant<int, 2>()); break;
-      case 3: go(std::integral_constant<int, 3>()); break;
-      default: go(std::integral_constant<int, 4>()); break;
     }
   }
 }
@@ -314,11 +337,24 @@ void runLinear(ThreadPool& pool, std::span<const LinearProblem> problems, Linear
     }
     for (int64_t m = 0; m < p.m; m += kMC) {
       const int64_t m1 = std::min(p.m, m + kMC);
-      blocks.push_back({static_cast<int32_t>(i), m, m1, 0, 0, xt_floats});
-      for (int64_t n = 0; n < N; n += kNC) {
-        tasks.push_back({static_cast<int32_t>(i), m, m1, n, std::min(N, n + kNC), xt_floats});
+      // Problems reading the same rows of the same x (q_a and kv_a over h,
+      // an expert's gate and up, per-head slices of one weight) share x^T.
+      int64_t xt_offset = -1;
+      for (const Task& b : blocks) {
+        const LinearProblem& o = problems[static_cast<size_t>(b.problem)];
+        if (o.x == p.x && o.ldx == p.ldx && o.k() == p.k() && b.m0 == m && b.m1 == m1) {
+          xt_offset = b.xt_offset;
+          break;
+        }
       }
-      xt_floats += (m1 - m + 15) / 16 * 16 * p.k();
+      if (xt_offset < 0) {
+        xt_offset = xt_floats;
+        blocks.push_back({static_cast<int32_t>(i), m, m1, 0, 0, xt_offset});
+        xt_floats += (m1 - m + 15) / 16 * 16 * p.k();
+      }
+      for (int64_t n = 0; n < N; n += kNC) {
+        tasks.push_back({static_cast<int32_t>(i), m, m1, n, std::min(N, n + kNC), xt_offset});
+      }
     }
   }
   float* xt = blocks.empty() ? nullptr : transposedInputs().ensure(static_cast<size_t>(xt_floats));
@@ -336,7 +372,11 @@ void runLinear(ThreadPool& pool, std::span<const LinearProblem> problems, Linear
   });
   if (stats != nullptr) {
     stats->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (const LinearProblem& p : problems) stats->flops += 2.0 * static_cast<double>(p.m) * p.n() * p.k();
+    for (const LinearProblem& p : problems) {
+      if (p.m <= 0) continue;
+      stats->flops += 2.0 * static_cast<double>(p.m) * p.n() * p.k();
+      stats->weight_bytes += static_cast<double>(p.w.bytes());
+    }
   }
 }
 

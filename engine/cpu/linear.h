@@ -46,10 +46,13 @@ struct LinearProblem {
   int64_t n() const { return layout == WeightLayout::kOutIn ? w.rows : w.cols; }
 };
 
-// Time and arithmetic spent in runLinear (for profiling and benchmarks).
+// Time, arithmetic and weight bytes of runLinear calls (for profiling and
+// benchmarks). weight_bytes counts each problem's weight view once: what a
+// product reads from memory when its rows fit one pass (decode batches).
 struct LinearStats {
   double seconds = 0;
   double flops = 0;
+  double weight_bytes = 0;
 };
 
 // Runs all problems in one parallel region (a grouped GEMM: MoE experts,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cpu/micro_kernel.h"
+#include "engine/cpu/online_softmax.h"
 #include "engine/cpu/simd.h"
 
 namespace lg::engine::cpu {
@@ -70,21 +71,7 @@ const float* keyRows(const LatentPoolView& pv, std::span<const BlockId> blocks, 
   if (allow_in_place && L.dtype == LatentDType::kF32 && k0 / bt == (k0 + nk - 1) / bt) {
     return reinterpret_cast<const float*>(pv.row(blocks[static_cast<size_t>(k0 / bt)], layer, k0 % bt));
   }
-  const int64_t D = L.latent_dim;
-  for (int j = 0; j < nk; ++j) {
-    const int32_t pos = k0 + j;
-    const uint8_t* row = pv.row(blocks[static_cast<size_t>(pos / bt)], layer, pos % bt);
-    float* dst = buffer + j * D;
-    if (L.dtype == LatentDType::kF32) {
-      std::memcpy(dst, row, static_cast<size_t>(D) * sizeof(float));
-      continue;
-    }
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(row);
-    for (int64_t d = 0; d < D; d += 16) {
-      const __mmask16 m = tailMask(D - d);
-      _mm512_mask_storeu_ps(dst + d, m, RowBF16::widen(_mm256_maskz_loadu_epi16(m, src + d)));
-    }
-  }
+  copyLatentRows(pv, blocks, layer, k0, nk, buffer);
   return buffer;
 }
 
@@ -152,14 +139,22 @@ void runTaskFewRows(const LatentPoolView& pv, int32_t layer, int32_t heads, cons
     int nk = std::min(kTile, key_end - k0);
     if (bt >= kTile) nk = std::min(nk, bt - k0 % bt);
     const float* keys = keyRows(pv, seq.blocks, layer, k0, nk, tile, in_place);
-    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-      const int nr = static_cast<int>(std::min<int64_t>(4, rows - r0));
-      const float* qp[4];
-      for (int r = 0; r < 4; ++r) qp[r] = q0 + (r0 + std::min(r, nr - 1)) * D;
-      for (int j0 = 0; j0 < nk; j0 += 4) {
-        const int nj = std::min(4, nk - j0);
-        const float* kp[4];
-        for (int j = 0; j < 4; ++j) kp[j] = keys + (j0 + std::min(j, nj - 1)) * D;
+    // Four keys at a time against every query row, so that each key row is
+    // read from memory once and used from L1 by all rows; the next keys are
+    // prefetched meanwhile (each sequence's latents are read once per step,
+    // so they come from memory, and the compute per key is short).
+    for (int j0 = 0; j0 < nk; j0 += 4) {
+      const int nj = std::min(4, nk - j0);
+      const float* kp[4];
+      for (int j = 0; j < 4; ++j) kp[j] = keys + (j0 + std::min(j, nj - 1)) * D;
+      if (j0 + 8 < nk) {
+        const char* ahead = reinterpret_cast<const char*>(keys + (j0 + 8) * D);
+        for (int64_t b = 0; b < int64_t{4} * D * int64_t{sizeof(float)}; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+      }
+      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, rows - r0));
+        const float* qp[4];
+        for (int r = 0; r < 4; ++r) qp[r] = q0 + (r0 + std::min(r, nr - 1)) * D;
         dot4x4(qp, kp, D, s + r0 * kTile + j0, kTile, nr, nj);
       }
     }
@@ -167,8 +162,11 @@ void runTaskFewRows(const LatentPoolView& pv, int32_t layer, int32_t heads, cons
       float* sr = s + r * kTile;
       const int32_t pos = seq.first_position + task.t0 + static_cast<int32_t>(r / heads);
       const int valid = std::clamp(pos - k0 + 1, 0, nk);
-      float tile_max = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < valid; ++j) tile_max = std::max(tile_max, sr[j]);
+      __m512 vtile_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+      for (int j = 0; j < valid; j += 16) {
+        vtile_max = _mm512_mask_max_ps(vtile_max, tailMask(valid - j), vtile_max, _mm512_loadu_ps(sr + j));
+      }
+      const float tile_max = _mm512_reduce_max_ps(vtile_max);
       if (valid == 0) {
         std::fill_n(sr, kTile, 0.0f);
         continue;
@@ -207,8 +205,11 @@ void runTaskFewRows(const LatentPoolView& pv, int32_t layer, int32_t heads, cons
   }
   float* out0 = seq.out + int64_t{task.t0} * heads * kv;
   for (int64_t r = 0; r < rows; ++r) {
-    const float inv = 1.0f / sum[r];
-    for (int64_t c = 0; c < kv; ++c) out0[r * kv + c] = o[r * ldo + c] * inv;
+    const __m512 inv = _mm512_set1_ps(1.0f / sum[r]);
+    for (int64_t c = 0; c < kv; c += 16) {
+      const __mmask16 m = tailMask(kv - c);
+      _mm512_mask_storeu_ps(out0 + r * kv + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + r * ldo + c), inv));
+    }
   }
 }
 
@@ -223,7 +224,6 @@ void runTask(const LatentPoolView& pv, int32_t layer, int32_t heads, const Atten
   const int64_t kv = L.kv_lora_rank;
   const int64_t rows = int64_t{task.t1 - task.t0} * heads;
   const int64_t rp = (rows + 15) / 16 * 16;  // rows padded to whole vectors
-  const int64_t groups = rp / 16;
   float* qt = scratch().get(static_cast<size_t>(D * rp + kTile * rp + kv * rp + 3 * rp + kTile * D + 16));
   float* st = qt + D * rp;  // scores^T, then probabilities^T: [kTile][rp]
   float* ot = st + kTile * rp;  // output^T: [kv][rp]
@@ -254,7 +254,6 @@ void runTask(const LatentPoolView& pv, int32_t layer, int32_t heads, const Atten
   const int32_t causal_end = seq.first_position + task.t1;  // the last query's own key included
   const int32_t key_end = task.k1 < 0 ? causal_end : std::min(task.k1, causal_end);
   const int32_t bt = L.block_tokens;
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int32_t k0 = task.k0; k0 < key_end;) {
     // A tile never crosses a block boundary when blocks are at least a tile
     // long, so fp32 keys are read in place.
@@ -264,56 +263,9 @@ void runTask(const LatentPoolView& pv, int32_t layer, int32_t heads, const Atten
     for (int64_t p = 0; p < rp; p += kPanel) {
       microKernelRowsN(nk, keys, D, 1, qt + p, rp, D, st + p, rp, static_cast<int>(std::min<int64_t>(kPanel, rp - p)), false);
     }
-    bool rescale = false;
-    // Tiles wholly below the diagonal (every query sees every key) skip the mask;
-    // padding lanes then compute harmless finite values that are never read.
+    // Tiles wholly below the diagonal (every query sees every key) skip the mask.
     const bool unmasked = k0 + nk - 1 <= seq.first_position + task.t0;
-    for (int64_t g = 0; g < groups; ++g) {
-      const __m512i pos = _mm512_load_si512(lane_pos + 16 * g);
-      __m512 tile_max = neg_inf;
-      if (unmasked) {
-        for (int j = 0; j < nk; ++j) tile_max = _mm512_max_ps(tile_max, _mm512_loadu_ps(st + j * rp + 16 * g));
-      } else {
-        for (int j = 0; j < nk; ++j) {
-          const __mmask16 valid = _mm512_cmpge_epi32_mask(pos, _mm512_set1_epi32(k0 + j));
-          tile_max = _mm512_mask_max_ps(tile_max, valid, tile_max, _mm512_loadu_ps(st + j * rp + 16 * g));
-        }
-      }
-      const __m512 old_max = _mm512_loadu_ps(mx + 16 * g);
-      const __m512 new_max = _mm512_max_ps(old_max, tile_max);
-      const __mmask16 seen = _mm512_cmp_ps_mask(new_max, neg_inf, _CMP_GT_OQ);
-      // Lanes that have seen no key yet keep a factor of 1 (and -inf - -inf is NaN).
-      const __m512 c = _mm512_mask_blend_ps(seen, _mm512_set1_ps(1.0f), expNonPositive(_mm512_sub_ps(old_max, new_max)));
-      const __mmask16 changed = _mm512_cmp_ps_mask(c, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
-      rescale |= changed != 0;
-      __m512 s = _mm512_mul_ps(_mm512_loadu_ps(sum + 16 * g), c);
-      if (unmasked) {
-        for (int j = 0; j < nk; ++j) {
-          const __m512 p = expNonPositive(_mm512_sub_ps(_mm512_loadu_ps(st + j * rp + 16 * g), new_max));
-          _mm512_storeu_ps(st + j * rp + 16 * g, p);
-          s = _mm512_add_ps(s, p);
-        }
-      } else {
-        for (int j = 0; j < nk; ++j) {
-          const __mmask16 valid = _mm512_cmpge_epi32_mask(pos, _mm512_set1_epi32(k0 + j)) & seen;
-          const __m512 p =
-              _mm512_maskz_mov_ps(valid, expNonPositive(_mm512_sub_ps(_mm512_loadu_ps(st + j * rp + 16 * g), new_max)));
-          _mm512_storeu_ps(st + j * rp + 16 * g, p);
-          s = _mm512_add_ps(s, p);
-        }
-      }
-      _mm512_storeu_ps(sum + 16 * g, s);
-      _mm512_storeu_ps(mx + 16 * g, new_max);
-      _mm512_storeu_ps(corr + 16 * g, c);
-    }
-    if (rescale) {
-      for (int64_t col = 0; col < kv; ++col) {
-        float* o = ot + col * rp;
-        for (int64_t g = 0; g < groups; ++g) {
-          _mm512_storeu_ps(o + 16 * g, _mm512_mul_ps(_mm512_loadu_ps(o + 16 * g), _mm512_loadu_ps(corr + 16 * g)));
-        }
-      }
-    }
+    if (onlineSoftmaxTile(st, rp, nk, k0, lane_pos, unmasked, mx, sum, corr)) rescaleColumns(ot, kv, rp, corr);
     // O^T [kv][rp] += V^T [kv][nk] . P^T [nk][rp]; V^T(c, j) = keys[j * D + c].
     for (int64_t p = 0; p < rp; p += kPanel) {
       microKernelRowsN(kv, keys, 1, D, st + p, rp, nk, ot + p, rp, static_cast<int>(std::min<int64_t>(kPanel, rp - p)), true);
@@ -356,6 +308,27 @@ void mergeSplits(Partials& p, int32_t splits, int64_t rows, const AttentionSeque
 }
 
 }  // namespace
+
+void copyLatentRows(const LatentPoolView& pv, std::span<const BlockId> blocks, int32_t layer, int32_t first, int32_t count,
+                    float* dst) {
+  const LatentLayout& L = pv.layout;
+  const int32_t bt = L.block_tokens;
+  const int64_t D = L.latent_dim;
+  for (int32_t j = 0; j < count; ++j) {
+    const int32_t pos = first + j;
+    const uint8_t* row = pv.row(blocks[static_cast<size_t>(pos / bt)], layer, pos % bt);
+    float* out = dst + int64_t{j} * D;
+    if (L.dtype == LatentDType::kF32) {
+      std::memcpy(out, row, static_cast<size_t>(D) * sizeof(float));
+      continue;
+    }
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(row);
+    for (int64_t d = 0; d < D; d += 16) {
+      const __mmask16 m = tailMask(D - d);
+      _mm512_mask_storeu_ps(out + d, m, RowBF16::widen(_mm256_maskz_loadu_epi16(m, src + d)));
+    }
+  }
+}
 
 void mlaAttention(ThreadPool& pool, const LatentPoolView& pv, int32_t layer, int32_t heads,
                   std::span<const AttentionSequence> sequences) {

@@ -33,6 +33,12 @@ struct LatentPoolView {
   }
 };
 
+// fp32 copies of the latent rows of positions [first, first + count) of one
+// layer, gathered across the sequence's blocks (BF16 rows are widened):
+// dst [count][latent_dim].
+void copyLatentRows(const LatentPoolView& pool_view, std::span<const BlockId> blocks, int32_t layer, int32_t first,
+                    int32_t count, float* dst);
+
 struct AttentionSequence {
   const float* q = nullptr;
   float* out = nullptr;

@@ -101,7 +101,7 @@ void routeToken(const ModelConfig& c, const float* logits, const float* bias, in
   }
 }
 
-void feedForward(ThreadPool& pool, const ModelConfig& c, const LayerWeights& layer, const float* h, int64_t tokens,
+int32_t feedForward(ThreadPool& pool, const ModelConfig& c, const LayerWeights& layer, const float* h, int64_t tokens,
                  float* x, FeedForwardScratch& s, LinearStats* stats) {
   const int64_t hidden = c.hidden_size;
   std::vector<LinearProblem> first, second;
@@ -112,7 +112,7 @@ void feedForward(ThreadPool& pool, const ModelConfig& c, const LayerWeights& lay
     runLinear(pool, first, stats);
     siluMulRows(pool, gate_up, 2 * inter, gate_up + inter, 2 * inter, tokens, inter);
     runLinear(pool, second, stats);
-    return;
+    return 0;
   }
   const int n = c.n_routed_experts;
   const int k = c.num_experts_per_tok;
@@ -153,10 +153,12 @@ void feedForward(ThreadPool& pool, const ModelConfig& c, const LayerWeights& lay
   }
   float* gate_up = s.gate_up.ensure(static_cast<size_t>(rows * 2 * inter));
   float* down = s.down.ensure(static_cast<size_t>(rows * hidden));
+  int32_t touched = 0;
   for (int e = 0; e < n; ++e) {
     const int64_t r0 = offset[static_cast<size_t>(e)];
     const int64_t count = offset[static_cast<size_t>(e) + 1] - r0;
     if (count == 0) continue;
+    ++touched;
     mlpProblems(layer.experts[static_cast<size_t>(e)], gathered + r0 * hidden, count, hidden, gate_up + r0 * 2 * inter,
                 inter, first, second, down + r0 * hidden, hidden, false);
   }
@@ -192,6 +194,7 @@ void feedForward(ThreadPool& pool, const ModelConfig& c, const LayerWeights& lay
   } else {
     pool.parallelFor(tokens, [&](int64_t t, int) { combine(t); });
   }
+  return touched;
 }
 
 }  // namespace lg::engine::cpu

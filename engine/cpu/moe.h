@@ -40,7 +40,9 @@ struct FeedForwardScratch {
 };
 
 // x[t] += FFN(h[t]) for t < tokens: a dense MLP or the MoE of `layer`.
-void feedForward(ThreadPool& pool, const ModelConfig& config, const LayerWeights& layer, const float* h,
+// Returns how many distinct routed experts the tokens were sent to (0 for a
+// dense MLP): only their weights are read.
+int32_t feedForward(ThreadPool& pool, const ModelConfig& config, const LayerWeights& layer, const float* h,
                  int64_t tokens, float* x, FeedForwardScratch& scratch, LinearStats* stats = nullptr);
 
 }  // namespace lg::engine::cpu

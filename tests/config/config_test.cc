@@ -123,11 +123,13 @@ TEST(ConfigTest, CacheSizesTakeBinarySuffixesAndBadValuesAreRejected) {
 
 TEST(ConfigTest, EngineSettingsAreTypedAndValidatedOnce) {
   Config c;
+  EXPECT_EQ(c.engine.prefill_attention, PrefillAttentionSetting::kAuto);
   ASSERT_TRUE(applyConfigText(R"({"engine": {"latent_dtype": "bf16", "pool_blocks": 4096,
-                                             "max_batch_tokens": 8192}})",
+                                             "max_batch_tokens": 8192, "prefill_attention": "standard"}})",
                               "f.json", c)
                   .isOk());
   EXPECT_EQ(c.engine.latent_dtype, LatentDTypeSetting::kBF16);
+  EXPECT_EQ(c.engine.prefill_attention, PrefillAttentionSetting::kStandard);
   EXPECT_EQ(c.engine.pool_blocks, 4096);
   EXPECT_EQ(c.engine.max_batch_tokens, 8192);
   const Status bad_name = applyConfigText(R"({"engine": {"latent_dtype": "fp8"}})", "f.json", c);
@@ -137,7 +139,8 @@ TEST(ConfigTest, EngineSettingsAreTypedAndValidatedOnce) {
   for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
            {"LATENTGATE_ENGINE_POOL_BLOCKS", "-1"},
            {"LATENTGATE_ENGINE_MAX_BATCH_TOKENS", "0"},
-           {"LATENTGATE_ENGINE_LATENT_DTYPE", "F32"}}) {
+           {"LATENTGATE_ENGINE_LATENT_DTYPE", "F32"},
+           {"LATENTGATE_ENGINE_PREFILL_ATTENTION", "mha"}}) {
     ConfigSources sources;
     sources.environment = {{name, value}};
     auto bad = loadConfig(sources);
@@ -183,6 +186,7 @@ TEST(ConfigTest, EffectiveConfigRoundTrips) {
   Config c;
   c.engine.threads = 9;
   c.engine.latent_dtype = LatentDTypeSetting::kBF16;
+  c.engine.prefill_attention = PrefillAttentionSetting::kAbsorbed;
   c.cache.stored_dtype = StoredDTypeSetting::kInt8;
   c.cache.restore_policy = RestorePolicySetting::kAlways;
   c.log.format = LogFormat::kJson;
@@ -195,6 +199,7 @@ TEST(ConfigTest, EffectiveConfigRoundTrips) {
   EXPECT_EQ(back.cache.disk_max_bytes, int64_t{3} << 40);
   EXPECT_TRUE(back.cache.disk_verify_checksums);
   EXPECT_EQ(back.engine.latent_dtype, LatentDTypeSetting::kBF16);
+  EXPECT_EQ(back.engine.prefill_attention, PrefillAttentionSetting::kAbsorbed);
   EXPECT_EQ(back.cache.stored_dtype, StoredDTypeSetting::kInt8);
   EXPECT_EQ(back.cache.restore_policy, RestorePolicySetting::kAlways);
   EXPECT_NE(configToJson(c).find("\"stored_dtype\": \"int8\""), std::string::npos);

@@ -66,6 +66,40 @@ TEST_P(GoldenTest, LogitsMatchInEveryMode) {
   EXPECT_EQ(backend->blocks().numUsed(), 0);  // every block was released
 }
 
+// Each attention form forced for every chunk (decode steps included) meets
+// the same bar in every mode; `auto` above mixes them (a fresh prefill runs
+// standard, a decode step absorbed).
+TEST_P(GoldenTest, EachAttentionFormForcedMatches) {
+  const std::string& name = GetParam();
+  Golden g = loadGolden(name);
+  ASSERT_FALSE(g.ids.empty());
+  const int64_t n = static_cast<int64_t>(g.ids.size());
+  for (const AttentionForm form : {AttentionForm::kAbsorbed, AttentionForm::kStandard}) {
+    const char* form_name = form == AttentionForm::kAbsorbed ? "absorbed" : "standard";
+    for (const int block_tokens : {64, 5}) {
+      BackendOptions backend_options;
+      backend_options.threads = 2;
+      backend_options.block_tokens = block_tokens;
+      backend_options.attention_form = form;
+      auto backend = makeBackend(name, backend_options);
+      ASSERT_NE(backend, nullptr);
+      for (const Mode& mode : kModes) {
+        ForwardRunOptions options;
+        options.chunk = mode.chunk;
+        options.decode_from = mode.decode ? static_cast<int32_t>(g.prompt_len) : -1;
+        auto logits = runForward(*backend, g.ids, options);
+        ASSERT_TRUE(logits.isOk()) << form_name << " " << mode.name << ": " << logits.status().toString();
+        const double err = maxAbsDiff(*logits, g.logits, g.vocab, 0, n);
+        EXPECT_LE(err, kTolerance) << name << " " << form_name << " blocks of " << block_tokens << " mode " << mode.name;
+        if (block_tokens == 64) {
+          std::printf("[ golden ] %-12s %-8s form %-8s max |err| = %.3g\n", name.c_str(), form_name, mode.name, err);
+        }
+        expectGreedyPath(g, *logits, name + " " + form_name + " mode " + mode.name);
+      }
+    }
+  }
+}
+
 // Small blocks: attention key tiles span several blocks, chunks cross block edges.
 TEST_P(GoldenTest, SmallBlocksMatch) {
   const std::string& name = GetParam();

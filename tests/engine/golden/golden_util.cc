@@ -39,13 +39,17 @@ Golden loadGolden(const std::string& name) {
 }
 
 std::unique_ptr<Backend> makeBackend(const std::string& name, LatentDType dtype, int block_tokens, int threads) {
-  auto model = Model::load(fixtureDir(name));
-  EXPECT_TRUE(model.isOk()) << model.status().toString();
-  if (!model.isOk()) return nullptr;
   BackendOptions options;
   options.threads = threads;
   options.block_tokens = block_tokens;
   options.latent_dtype = dtype;
+  return makeBackend(name, options);
+}
+
+std::unique_ptr<Backend> makeBackend(const std::string& name, const BackendOptions& options) {
+  auto model = Model::load(fixtureDir(name));
+  EXPECT_TRUE(model.isOk()) << model.status().toString();
+  if (!model.isOk()) return nullptr;
   auto backend = createCpuBackend(std::move(model).value(), options);
   EXPECT_TRUE(backend.isOk()) << backend.status().toString();
   if (!backend.isOk()) return nullptr;

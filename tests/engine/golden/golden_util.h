@@ -24,6 +24,7 @@ std::string fixtureDir(const std::string& name);
 Golden loadGolden(const std::string& name);  // fails the test on error
 std::unique_ptr<Backend> makeBackend(const std::string& name, LatentDType dtype = LatentDType::kF32,
                                      int block_tokens = 64, int threads = 2);
+std::unique_ptr<Backend> makeBackend(const std::string& name, const BackendOptions& options);
 // createCpuBackend with EXPECTs (nullptr on failure).
 std::unique_ptr<Backend> createCpuBackendForTest(std::unique_ptr<Model> model, const BackendOptions& options);
 // Largest |a - b| over the rows [row0, row1) of two [rows, vocab] arrays.

@@ -1,6 +1,8 @@
-// The paged absorbed-attention kernel against a naive double-precision
-// softmax(q . k) . c_kv over the same latents, for prefill, suffix-over-prefix,
-// decode (split keys) and batches; and the MoE router against hand-worked cases.
+// The paged attention kernels against naive double-precision attention over
+// the same latents: the absorbed kernel (softmax(q . k) . c_kv) for prefill,
+// suffix-over-prefix, decode (split keys) and batches; the standard-form
+// kernel (up-projected k_nope / v per head) for the same shapes and across
+// up-projection chunks; and the MoE router against hand-worked cases.
 #include "engine/cpu/mla_attention.h"
 
 #include <cmath>
@@ -9,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/cpu/mha_attention.h"
 #include "engine/cpu/moe.h"
 #include "engine/model/dtype.h"
 
@@ -111,6 +114,112 @@ TEST(MlaAttentionTest, MatchesNaiveAttention) {
       checkAttention(dtype, bt, {{200, 1}}, 2);                     // decode: keys split across threads
       checkAttention(dtype, bt, {{130, 45}}, 1);                    // suffix over a prefix
       checkAttention(dtype, bt, {{70, 1}, {0, 33}, {65, 1}}, 3);    // mixed batch
+    }
+  }
+}
+
+// Fills a pool of `blocks` blocks with normal values in its dtype.
+void fillPool(Pool& pool, int blocks, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  pool.bytes.resize(pool.layout.blockBytes() * static_cast<size_t>(blocks));
+  for (size_t i = 0; i < pool.bytes.size() / pool.layout.elementBytes(); ++i) {
+    const float v = normal(rng);
+    if (pool.layout.dtype == LatentDType::kF32) {
+      std::memcpy(pool.bytes.data() + 4 * i, &v, 4);
+    } else {
+      const uint16_t h = floatToBf16(v);
+      std::memcpy(pool.bytes.data() + 2 * i, &h, 2);
+    }
+  }
+}
+
+// The standard form for one sequence of `queries` new tokens over `first`
+// cached positions, against the definition: k_nope = W_UK c_kv and
+// v = W_UV c_kv per head, scores q_nope . k_nope + q_pe . k_pe.
+void checkStandardForm(LatentDType dtype, int block_tokens, int first, int queries, int chunk_keys, int threads) {
+  const int heads = 3, nope = 16, rope = 8, vd = 12, kv = 40, D = kv + rope, layers = 2, layer = 1;
+  const int qk = nope + rope;
+  std::mt19937 rng(static_cast<uint32_t>(block_tokens * 977 + first * 31 + queries));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Pool pool;
+  pool.layout = {layers, block_tokens, kv, D, dtype};
+  const int context = first + queries;
+  const int blocks = (context + block_tokens - 1) / block_tokens;
+  fillPool(pool, blocks, rng);
+  std::vector<BlockId> table;
+  for (int i = 0; i < blocks; ++i) table.push_back((i * 5 + 2) % blocks);  // scrambled, as a real pool hands them out
+  // kv_b_proj [heads * (nope + v), kv]: per head W_UK rows, then W_UV rows.
+  std::vector<float> w(static_cast<size_t>(heads * (nope + vd) * kv));
+  for (auto& x : w) x = 0.2f * normal(rng);
+  WeightView view;
+  view.dtype = DType::kF32;
+  view.data = reinterpret_cast<const uint8_t*>(w.data());
+  view.ld = kv;
+  view.rows = heads * (nope + vd);
+  view.cols = kv;
+  std::vector<float> q(static_cast<size_t>(queries * heads * qk));
+  for (auto& x : q) x = 0.3f * normal(rng);
+  std::vector<float> out(static_cast<size_t>(queries * heads * vd), -1.0f);
+  ThreadPool tp(threads);
+  MhaScratch scratch;
+  mhaAttention(tp, LatentPoolView{pool.bytes.data(), pool.layout}, layer, view, MhaShape{heads, nope, rope, vd},
+               MhaSequence{q.data(), out.data(), queries, first, table}, scratch, chunk_keys);
+
+  auto latent = [&](int pos, int d) {
+    return double(pool.value(table[static_cast<size_t>(pos / block_tokens)], layer, pos % block_tokens, d));
+  };
+  // Up-projected keys and values of every position, per head.
+  std::vector<double> k_nope(static_cast<size_t>(context * heads * nope)), v(static_cast<size_t>(context * heads * vd));
+  for (int j = 0; j < context; ++j) {
+    for (int h = 0; h < heads; ++h) {
+      for (int r = 0; r < nope + vd; ++r) {
+        double acc = 0;
+        for (int c = 0; c < kv; ++c) acc += double(w[static_cast<size_t>((h * (nope + vd) + r) * kv + c)]) * latent(j, c);
+        if (r < nope) {
+          k_nope[static_cast<size_t>((j * heads + h) * nope + r)] = acc;
+        } else {
+          v[static_cast<size_t>((j * heads + h) * vd + r - nope)] = acc;
+        }
+      }
+    }
+  }
+  double max_err = 0;
+  for (int t = 0; t < queries; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const float* qr = q.data() + (t * heads + h) * qk;
+      const int keys = first + t + 1;
+      std::vector<double> score(static_cast<size_t>(keys));
+      double mx = -1e300;
+      for (int j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int d = 0; d < nope; ++d) dot += double(qr[d]) * k_nope[static_cast<size_t>((j * heads + h) * nope + d)];
+        for (int d = 0; d < rope; ++d) dot += double(qr[nope + d]) * latent(j, kv + d);
+        score[static_cast<size_t>(j)] = dot;
+        mx = std::max(mx, dot);
+      }
+      double z = 0;
+      for (auto& s : score) z += (s = std::exp(s - mx));
+      for (int c = 0; c < vd; ++c) {
+        double ref = 0;
+        for (int j = 0; j < keys; ++j) ref += score[static_cast<size_t>(j)] / z * v[static_cast<size_t>((j * heads + h) * vd + c)];
+        max_err = std::max(max_err, std::fabs(ref - out[static_cast<size_t>((t * heads + h) * vd + c)]));
+      }
+    }
+  }
+  EXPECT_LT(max_err, 2e-5) << "block " << block_tokens << " first " << first << " queries " << queries << " chunk "
+                           << chunk_keys << " threads " << threads;
+}
+
+TEST(MhaAttentionTest, MatchesNaiveStandardAttention) {
+  for (LatentDType dtype : {LatentDType::kF32, LatentDType::kBF16}) {
+    for (int bt : {1, 7, 16, 64}) {
+      for (int chunk : {0, 64}) {  // 64: the up-projection runs in chunks of one tile
+        checkStandardForm(dtype, bt, 0, 1, chunk, 2);      // first token
+        checkStandardForm(dtype, bt, 0, 150, chunk, 2);    // prefill: query blocks of 64 and a partial one
+        checkStandardForm(dtype, bt, 200, 1, chunk, 2);    // one token over a prefix
+        checkStandardForm(dtype, bt, 130, 45, chunk, 1);   // suffix over a prefix
+        checkStandardForm(dtype, bt, 61, 70, chunk, 3);    // a block of queries straddling a chunk edge
+      }
     }
   }
 }
