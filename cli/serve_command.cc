@@ -113,6 +113,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway_options.aliases = {"deepseek-chat", "deepseek-reasoner"};
   gateway_options.max_context = (*backend)->maxContext();
   gateway_options.limits.max_stop_strings = config.serving.max_stop_strings;
+  gateway_options.limits.default_max_tokens = config.server.default_max_tokens;
   proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
   proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin);
   proxy::Router router;

@@ -61,6 +61,7 @@ const std::array kFields = {
     LG_FIELD("server.io_threads", server.io_threads),
     LG_FIELD("server.max_connections", server.max_connections),
     LG_FIELD("server.max_body_bytes", server.max_body_bytes),
+    LG_FIELD("server.default_max_tokens", server.default_max_tokens),
     LG_FIELD("server.header_timeout_ms", server.header_timeout_ms),
     LG_FIELD("server.idle_timeout_ms", server.idle_timeout_ms),
     LG_FIELD("server.request_timeout_ms", server.request_timeout_ms),
@@ -305,6 +306,10 @@ Status validateConfig(const Config& c) {
   if (c.server.max_connections < 1 || c.server.max_connections > 1000000) {
     return invalidArgument("server.max_connections: expected 1..1000000, got " +
                            std::to_string(c.server.max_connections));
+  }
+  if (c.server.default_max_tokens < 1 || c.server.default_max_tokens > (1 << 20)) {
+    return invalidArgument("server.default_max_tokens: expected 1..1048576, got " +
+                           std::to_string(c.server.default_max_tokens));
   }
   if (c.server.max_body_bytes < 1024 || c.server.max_body_bytes > (int64_t{1} << 32)) {
     return invalidArgument("server.max_body_bytes: expected 1KiB..4GiB, got " +

@@ -207,3 +207,33 @@ TEST(ConfigTest, EffectiveConfigRoundTrips) {
 
 }  // namespace
 }  // namespace lg
+
+namespace lg {
+namespace {
+
+TEST(ConfigTest, ServingAndGatewaySettingsAreValidatedAndTheAdminKeyNeverPrinted) {
+  ConfigSources sources;
+  sources.environment = {{"LATENTGATE_ADMIN_KEY", "a-very-secret-admin-key"},
+                         {"LATENTGATE_SERVING_STEP_TOKENS", "256"},
+                         {"LATENTGATE_SERVER_DEFAULT_MAX_TOKENS", "1024"}};
+  auto c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->admin_key, "a-very-secret-admin-key");
+  EXPECT_EQ(c->serving.step_tokens, 256);
+  EXPECT_EQ(c->server.default_max_tokens, 1024);
+  const std::string shown = configToJson(*c);
+  EXPECT_EQ(shown.find("a-very-secret-admin-key"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("(set)"), std::string::npos);
+  // The step must hold every running sequence's decode token.
+  sources.environment = {{"LATENTGATE_SERVING_STEP_TOKENS", "8"}, {"LATENTGATE_SERVING_MAX_RUNNING", "16"}};
+  auto bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("serving.step_tokens"), std::string::npos) << bad.status().message();
+  sources.environment = {{"LATENTGATE_SERVER_DEFAULT_MAX_TOKENS", "0"}};
+  bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("server.default_max_tokens"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lg
