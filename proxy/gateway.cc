@@ -47,6 +47,24 @@ void addNotes(HttpHeaders& headers, const std::vector<std::string>& ignored, con
   if (!hosted.empty()) headers.add("x-latentgate-hosted-tools-skipped", joined(hosted));
 }
 
+// Hands one responder output to the exchange: streaming, the SSE bytes (the
+// last ones preceded by a server-timing comment) and the end of the stream;
+// otherwise, once done, the error or the whole body with Server-Timing.
+void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const serving::Timing& timing,
+             const HttpHeaders& headers) {
+  if (stream) {
+    if (out.done) exchange.send(": server-timing " + serverTiming(timing) + "\n\n");
+    exchange.send(std::move(out.body));
+    if (out.done) exchange.end();
+    return;
+  }
+  if (!out.done) return;
+  if (out.error) return respondWithApiError(exchange, *out.error);
+  HttpHeaders h = headers;
+  h.add("server-timing", serverTiming(timing));
+  exchange.respond(200, std::move(h), std::move(out.body));
+}
+
 }  // namespace
 
 void respondWithApiError(Exchange& exchange, const openai::ApiError& error) {
@@ -143,40 +161,12 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   ro.retry = options_.retry;
   auto responder = std::make_shared<openai::ChatResponder>(std::move(ro));
   const bool stream = parsed->stream;
-  const std::string first = responder->start();
-
   serving::GenerationRequest gen = newRequest(*who);
   gen.prompt = std::move(encoded->ids);
   gen.sampling = std::move(*sampling);
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, {});
-  // Only the engine thread calls the sink, so the responder needs no lock;
-  // submit() orders responder->start() above before the first event.
-  serving::Submission sub = scheduler_.submit(std::move(gen), [exchange, responder, stream, headers](serving::StreamEvent&& e) {
-    const bool final = e.final;
-    const serving::Timing timing = e.timing;
-    openai::ResponderOutput out = responder->onEvent(e);
-    if (stream) {
-      if (final) exchange->send(": server-timing " + serverTiming(timing) + "\n\n");
-      exchange->send(std::move(out.body));
-      if (out.done) exchange->end();
-      return;
-    }
-    if (!out.done) return;
-    if (out.error) return respondWithApiError(*exchange, *out.error);
-    HttpHeaders h = headers;
-    h.add("server-timing", serverTiming(timing));
-    exchange->respond(200, std::move(h), std::move(out.body));
-  });
-  if (!sub) {
-    return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message, parsed->params,
-                                                               options_.retry));
-  }
-  exchange->onDisconnect([handle = sub.handle] { handle.cancel(); });
-  if (stream) {
-    exchange->startStream(200, headers);
-    exchange->send(first);
-  }
+  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params);
 }
 
 // ---------------------------------------------------------------- completions
@@ -221,18 +211,7 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   for (size_t i = 0; i < n; ++i) {
     serving::Submission sub = scheduler_.submit(
         std::move(requests[i]), [exchange, responder, stream, headers, i](serving::StreamEvent&& e) {
-          const serving::Timing timing = e.timing;
-          openai::ResponderOutput out = responder->onEvent(i, e);
-          if (stream) {
-            exchange->send(std::move(out.body));
-            if (out.done) exchange->end();
-            return;
-          }
-          if (!out.done) return;
-          if (out.error) return respondWithApiError(*exchange, *out.error);
-          HttpHeaders h = headers;
-          h.add("server-timing", serverTiming(timing));
-          exchange->respond(200, std::move(h), std::move(out.body));
+          deliver(*exchange, responder->onEvent(i, e), stream, e.timing, headers);
         });
     if (!sub) {
       for (const serving::RequestHandle& h : *handles) h.cancel();
@@ -282,30 +261,27 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
   ro.retry = options_.retry;
   auto responder = std::make_shared<openai::ResponsesResponder>(std::move(ro));
   const bool stream = parsed->stream;
-  const std::string first = responder->start();
   serving::GenerationRequest gen = newRequest(*who);
   gen.prompt = std::move(encoded->ids);
   gen.sampling = std::move(*sampling);
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, parsed->hosted_tools);
-  serving::Submission sub = scheduler_.submit(std::move(gen), [exchange, responder, stream, headers](serving::StreamEvent&& e) {
-    const serving::Timing timing = e.timing;
-    const bool final = e.final;
-    openai::ResponderOutput out = responder->onEvent(e);
-    if (stream) {
-      if (final) exchange->send(": server-timing " + serverTiming(timing) + "\n\n");
-      exchange->send(std::move(out.body));
-      if (out.done) exchange->end();
-      return;
-    }
-    if (!out.done) return;
-    if (out.error) return respondWithApiError(*exchange, *out.error);
-    HttpHeaders h = headers;
-    h.add("server-timing", serverTiming(timing));
-    exchange->respond(200, std::move(h), std::move(out.body));
+  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params);
+}
+
+// One generation answered by a chat or Responses responder.
+template <class Responder>
+void Gateway::submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationRequest request,
+                        std::shared_ptr<Responder> responder, bool stream, HttpHeaders headers,
+                        const openai::ParamNames& params) {
+  // Taken before submit(), which orders it before the first event: only the
+  // engine thread calls the sink afterwards, so the responder needs no lock.
+  const std::string first = responder->start();
+  serving::Submission sub = scheduler_.submit(std::move(request), [exchange, responder, stream, headers](serving::StreamEvent&& e) {
+    deliver(*exchange, responder->onEvent(e), stream, e.timing, headers);
   });
   if (!sub) {
-    return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message, parsed->params,
+    return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message, params,
                                                                options_.retry));
   }
   exchange->onDisconnect([handle = sub.handle] { handle.cancel(); });

@@ -56,6 +56,10 @@ class Gateway {
   bool knownModel(const std::string& model) const;
   serving::GenerationRequest newRequest(const billing::Principal& who) const;
 
+  template <class Responder>
+  void submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationRequest request,
+                 std::shared_ptr<Responder> responder, bool stream, HttpHeaders headers,
+                 const openai::ParamNames& params);
   void chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void completions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void responses(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
