@@ -3,6 +3,7 @@
 // model.safetensors, tokenizer.json, tokenizer_config.json) with the embedded
 // DeepSeek-V3 tokenizer. Prints one JSON line describing what was written.
 #include <iostream>
+#include <optional>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,7 @@ struct InitArgs {
   std::string preset;
   std::string out_dir;
   uint64_t seed = 0;
+  std::optional<float> end_token_rate;
 };
 
 int runInit(const GlobalFlags& flags, const InitArgs& args) {
@@ -32,8 +34,9 @@ int runInit(const GlobalFlags& flags, const InitArgs& args) {
     std::cerr << "latentgate model init: " << config.status().toString() << "\n";
     return 2;
   }
-  engine::CheckpointInitOptions options;
+  engine::CheckpointInitOptions options = engine::presetInitOptions(args.preset);
   options.seed = args.seed;
+  if (args.end_token_rate) options.end_token_rate = *args.end_token_rate;
   options.progress = terminalByteProgress("model init " + args.preset);
   if (Status s = engine::writeRandomCheckpoint(*config, args.out_dir, options); !s.isOk()) {
     std::cerr << "latentgate model init: " << s.toString() << "\n";
@@ -42,6 +45,7 @@ int runInit(const GlobalFlags& flags, const InitArgs& args) {
   nlohmann::json line = {{"preset", args.preset},
                          {"dir", args.out_dir},
                          {"seed", args.seed},
+                         {"end_token_rate", options.end_token_rate},
                          {"layers", config->num_hidden_layers},
                          {"hidden_size", config->hidden_size},
                          {"vocab_size", config->vocab_size}};
@@ -61,6 +65,10 @@ Command addModelCommand(CLI::App& app, GlobalFlags& flags) {
   init->add_option("--preset", args->preset, "Preset: " + names)->required();
   init->add_option("--out", args->out_dir, "Output directory (created if missing)")->required();
   init->add_option("--seed", args->seed, "Random seed (default 0)");
+  init->add_option("--end-token-rate", args->end_token_rate,
+                   "Fraction of tokens after which EOS is likely (0: plain random weights, replies run to "
+                   "max_tokens; demo's default makes sampled replies end)")
+      ->check(CLI::Range(0.0f, 1.0f));
   flags.addTo(*init);
   return {cmd, [&flags, args, init]() -> int {
             if (init->parsed()) return runInit(flags, *args);

@@ -75,7 +75,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
       std::cerr << "latentgate serve: making the demo model in " << model_dir << " (random weights)\n";
       auto preset = engine::presetConfig("demo");
       if (!preset.isOk()) return fail("demo preset", preset.status());
-      if (Status s = engine::writeRandomCheckpoint(*preset, model_dir, {}); !s.isOk()) return fail("demo model", s);
+      if (Status s = engine::writeRandomCheckpoint(*preset, model_dir, engine::presetInitOptions("demo")); !s.isOk()) return fail("demo model", s);
     }
   }
   auto tokenizer = text::Tokenizer::loadFromDir(model_dir);

@@ -23,8 +23,9 @@ class GenerateCliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     model_dir_ = new test::TempDir("lg_generate_model");
+    // Random EOS row: replies run to max_tokens, so lengths are known.
     auto r = test::runProcess({test::latentgateBinary(), "model", "init", "--preset", "demo", "--out",
-                               model_dir_->path()}, "");
+                               model_dir_->path(), "--end-token-rate", "0"}, "");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   static void TearDownTestSuite() {
@@ -107,6 +108,35 @@ TEST_F(GenerateCliTest, CacheDirReusesPromptsAcrossProcesses) {
   const int prompt_tokens = a[0]["usage"]["prompt_tokens"];
   EXPECT_EQ(b[0]["usage"]["cached_tokens"], (prompt_tokens - 1) / 64 * 64);
   EXPECT_EQ(b[0]["token_ids"], a[0]["token_ids"]);
+}
+
+// The demo preset as `serve` makes it: its end tokens make sampled replies
+// end (clients such as Codex CLI fail a turn cut at its length limit).
+TEST(DemoModelTest, SampledRepliesEndBeforeTheirLimit) {
+  test::TempDir dir("lg_demo_ends");
+  auto r = test::runProcess({test::latentgateBinary(), "model", "init", "--preset", "demo", "--out", dir.file("m")}, "");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string input;
+  for (int i = 1; i <= 16; ++i) {
+    input += json({{"messages", {{{"role", "system"}, {"content", "You are assistant " + std::to_string(i) + "."}},
+                                 {{"role", "user"}, {"content", "Question " + std::to_string(i) + ": explain."}}}},
+                   {"max_tokens", 300},
+                   {"temperature", 1},
+                   {"seed", i}})
+                 .dump() +
+             "\n";
+  }
+  r = test::runProcess({test::latentgateBinary(), "generate", "--model", dir.file("m"), "--json", "--threads", "2"}, input,
+                       {"LATENTGATE_ENGINE_POOL_BLOCKS=256"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int ended = 0, lines = 0;
+  std::istringstream out(r.out);
+  for (std::string line; std::getline(out, line); ++lines) {
+    const json j = json::parse(line);
+    if (j["finish_reason"] == "stop") ++ended;
+  }
+  EXPECT_EQ(lines, 16);
+  EXPECT_GE(ended, 14) << r.out;
 }
 
 }  // namespace
