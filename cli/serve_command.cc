@@ -89,8 +89,10 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   if (!model.isOk()) return fail("model", model.status());
   auto backend = engine::createCpuBackend(std::move(model).value(), engine::backendOptions(config));
   if (!backend.isOk()) return fail("backend", backend.status());
-  auto cache = openPrefixCache(config, cache::diskTierOptions(config).path, **backend);
+  Result<OpenedCache> cache = OpenedCache{};
+  if (config.cache.enabled) cache = openPrefixCache(config, cache::diskTierOptions(config).path, **backend);
   if (!cache.isOk()) return fail("prefix cache", cache.status());
+  if (!config.cache.enabled) std::cerr << "latentgate serve: the prefix cache is off (cache.enabled = false)\n";
   const serving::SchedulerOptions scheduler_options = serving::schedulerOptions(config, (*backend)->config());
   auto scheduler = serving::Scheduler::create(**backend, cache->index.get(), **tokenizer, scheduler_options);
   if (!scheduler.isOk()) return fail("scheduler", scheduler.status());

@@ -72,6 +72,7 @@ const std::array kFields = {
     LG_FIELD("engine.pool_blocks", engine.pool_blocks),
     LG_FIELD("engine.max_batch_tokens", engine.max_batch_tokens),
     LG_FIELD("engine.prefill_attention", engine.prefill_attention),
+    LG_FIELD("cache.enabled", cache.enabled),
     LG_FIELD("cache.block_tokens", cache.block_tokens),
     LG_FIELD("cache.tier0_budget_bytes", cache.tier0_budget_bytes),
     LG_FIELD("cache.disk_path", cache.disk_path),

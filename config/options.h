@@ -61,6 +61,7 @@ enum class FingerprintSetting : uint8_t { kSampled, kFull };
 // The prefix cache (cache/, docs/cache.md). Sizes are bytes; in a file or
 // the environment they may carry a binary suffix ("8GiB", "512MiB").
 struct CacheOptions {
+  bool enabled = true;    // false: no prefix cache at all (every prompt computed in full; A/B runs)
   int block_tokens = 64;  // fingerprint block = latent page size, in tokens
   int64_t tier0_budget_bytes = 0;                 // cached blocks kept in the pool; 0: bounded by the pool
   std::string disk_path;                          // the RocksDB tier; empty: data_dir/kv

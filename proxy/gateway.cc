@@ -75,8 +75,10 @@ void respondWithApiError(Exchange& exchange, const openai::ApiError& error) {
 
 std::string serverTiming(const serving::Timing& t) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "queue;dur=%.1f, cache;dur=%.1f, prefill;dur=%.1f, ttft;dur=%.1f, decode;dur=%.1f",
-                t.queued * 1e3, t.cache_lookup * 1e3, t.prefill * 1e3, t.first_token * 1e3, t.decode * 1e3);
+  std::snprintf(buf, sizeof buf,
+                "queue;dur=%.3f, cache;dur=%.3f, prefill;dur=%.3f, ttft;dur=%.3f, decode;dur=%.3f, total;dur=%.3f",
+                t.queued * 1e3, t.cache_lookup * 1e3, t.prefill * 1e3, t.first_token * 1e3, t.decode * 1e3,
+                t.total * 1e3);
   return buf;
 }
 

@@ -79,7 +79,9 @@ class Gateway {
 // The client's error as an HTTP response (status, OpenAI error JSON, Retry-After).
 void respondWithApiError(Exchange& exchange, const openai::ApiError& error);
 
-// "queue;dur=1.2, cache;dur=0.3, prefill;dur=40.1, decode;dur=220.5" (milliseconds).
+// "queue;dur=1.200, cache;dur=0.300, prefill;dur=40.100, ttft;dur=41.700,
+// decode;dur=220.500, total;dur=262.200" (milliseconds; total: submit to the
+// final event, the engine's share of what the client waited).
 std::string serverTiming(const serving::Timing& timing);
 
 }  // namespace lg::proxy
