@@ -46,11 +46,22 @@ Result<std::unique_ptr<BillingDb>> BillingDb::open(const std::string& path) {
 
 Status BillingDb::write(const std::vector<std::pair<std::string, std::string>>& puts,
                         const std::vector<std::string>& deletes) {
+  // A key shown to its owner (or a ledger entry a client saw) survives a crash.
+  return writeBatch(puts, deletes, /*sync=*/true);
+}
+
+Status BillingDb::writeUnsynced(const std::vector<std::pair<std::string, std::string>>& puts,
+                                const std::vector<std::string>& deletes) {
+  return writeBatch(puts, deletes, /*sync=*/false);
+}
+
+Status BillingDb::writeBatch(const std::vector<std::pair<std::string, std::string>>& puts,
+                             const std::vector<std::string>& deletes, bool sync) {
   rocksdb::WriteBatch batch;
   for (const auto& [k, v] : puts) batch.Put(k, v);
   for (const std::string& k : deletes) batch.Delete(k);
   rocksdb::WriteOptions wo;
-  wo.sync = true;  // a key shown to its owner (or a ledger entry a client saw) survives a crash
+  wo.sync = sync;
   return fromRocks(db_->Write(wo, &batch), "writing the billing store");
 }
 

@@ -5,8 +5,8 @@
 // may lose its newest blocks). The directory is private (0700, files 0600):
 // it holds key hashes and, later, usage per key.
 //
-// Values are small; keys are prefixed by their kind ("key/", "keyhash/", ...),
-// so one store serves every table.
+// Values are small; keys are prefixed by their kind ("key/", "keyhash/",
+// "resp/", ...), so one store serves every table.
 //
 // Thread-safety: all methods may be called concurrently.
 #pragma once
@@ -35,6 +35,13 @@ class BillingDb {
 
   // Writes the pairs and deletes the keys atomically, synced.
   Status write(const std::vector<std::pair<std::string, std::string>>& puts, const std::vector<std::string>& deletes = {});
+  // The same without waiting for the disk: the write-ahead log holds it, so
+  // a crash of the process keeps it, but a power loss may drop the newest
+  // such writes. For records whose loss costs a client a retry rather than
+  // money or a key (stored responses), written on threads an fsync must not
+  // block (the scheduler's engine thread).
+  Status writeUnsynced(const std::vector<std::pair<std::string, std::string>>& puts,
+                       const std::vector<std::string>& deletes = {});
   Result<std::optional<std::string>> get(std::string_view key) const;
   // Calls fn(key, value) for every key starting with prefix, in key order,
   // until it returns false.
@@ -44,6 +51,8 @@ class BillingDb {
 
  private:
   BillingDb(std::unique_ptr<rocksdb::DB> db, std::string path);
+  Status writeBatch(const std::vector<std::pair<std::string, std::string>>& puts,
+                    const std::vector<std::string>& deletes, bool sync);
   std::unique_ptr<rocksdb::DB> db_;
   std::string path_;
 };

@@ -2,8 +2,9 @@
 // (--config and --data-dir are global flags, cli/global_flags.h)
 // The gateway: loads the model (the random-weight `demo` preset, made under
 // DATA/models/demo at first start, when none is given), the prefix cache
-// (tier 0 + DATA/kv), the scheduler, the API keys (DATA/billing) and the TLS
-// material (a local CA under DATA/tls), serves the OpenAI-compatible API until
+// (tier 0 + DATA/kv), the scheduler, the API keys and stored responses
+// (DATA/billing) and the TLS material (a local CA under DATA/tls), serves
+// the OpenAI-compatible API until
 // SIGINT or SIGTERM, then stops accepting, lets streams finish for a few
 // seconds and persists the cache. docs/gateway.md.
 #include <signal.h>
@@ -29,6 +30,7 @@
 #include "proxy/health_routes.h"
 #include "proxy/http_server.h"
 #include "proxy/openai/prompt_encoder.h"
+#include "proxy/response_store.h"
 #include "proxy/router.h"
 #include "proxy/server_config.h"
 #include "proxy/tls_material.h"
@@ -105,6 +107,15 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   const std::string admin_path = config.data_dir + "/admin.key";
   auto admin = billing::AdminKey::loadOrCreate(config.admin_key, admin_path, &admin_created);
   if (!admin.isOk()) return fail("admin key", admin.status());
+  proxy::ResponseStoreOptions response_options;
+  response_options.ttl_s = config.server.stored_response_ttl_s;
+  proxy::ResponseStore responses(**billing_db, response_options);
+  // What expired while the server was down; later sweeps ride on new records.
+  for (;;) {
+    auto swept = responses.sweepExpired(1000);
+    if (!swept.isOk()) return fail("stored responses", swept.status());
+    if (*swept < 1000) break;
+  }
 
   proxy::TlsMaterial tls;
   auto server_options = proxy::loadHttpServerOptions(config, &tls);
@@ -117,7 +128,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway_options.limits.max_stop_strings = config.serving.max_stop_strings;
   gateway_options.limits.default_max_tokens = config.server.default_max_tokens;
   proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
-  proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin);
+  proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses);
   proxy::Router router;
   proxy::addHealthRoutes(router, [] { return proxy::Readiness{true, ""}; });
   gateway.addRoutes(router);

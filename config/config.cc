@@ -62,6 +62,7 @@ const std::array kFields = {
     LG_FIELD("server.max_connections", server.max_connections),
     LG_FIELD("server.max_body_bytes", server.max_body_bytes),
     LG_FIELD("server.default_max_tokens", server.default_max_tokens),
+    LG_FIELD("server.stored_response_ttl_s", server.stored_response_ttl_s),
     LG_FIELD("server.header_timeout_ms", server.header_timeout_ms),
     LG_FIELD("server.idle_timeout_ms", server.idle_timeout_ms),
     LG_FIELD("server.request_timeout_ms", server.request_timeout_ms),
@@ -311,6 +312,10 @@ Status validateConfig(const Config& c) {
   if (c.server.default_max_tokens < 1 || c.server.default_max_tokens > (1 << 20)) {
     return invalidArgument("server.default_max_tokens: expected 1..1048576, got " +
                            std::to_string(c.server.default_max_tokens));
+  }
+  if (c.server.stored_response_ttl_s < 1 || c.server.stored_response_ttl_s > 10 * 365 * 24 * 3600) {
+    return invalidArgument("server.stored_response_ttl_s: expected 1..315360000 (10 years), got " +
+                           std::to_string(c.server.stored_response_ttl_s));
   }
   if (c.server.max_body_bytes < 1024 || c.server.max_body_bytes > (int64_t{1} << 32)) {
     return invalidArgument("server.max_body_bytes: expected 1KiB..4GiB, got " +

@@ -27,6 +27,7 @@ struct ServerOptions {
   int max_connections = 1024;             // open connections; more are closed at accept
   int64_t max_body_bytes = int64_t{32} << 20;  // request body; larger: 413
   int default_max_tokens = 4096;               // a request without max_tokens gets this cap (DeepSeek's API: 4,096)
+  int64_t stored_response_ttl_s = 30 * 24 * 3600;  // stored Responses (`store`) expire after this (OpenAI: 30 days)
   int header_timeout_ms = 10000;          // TLS handshake + request header (slow clients are cut off)
   int idle_timeout_ms = 60000;            // keep-alive connection with no request
   int request_timeout_ms = 600000;        // a non-streamed response must be complete within this

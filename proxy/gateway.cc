@@ -15,6 +15,7 @@
 #include "proxy/openai/responses_response.h"
 #include "proxy/openai_error.h"
 #include "proxy/proxy_log.h"
+#include "proxy/response_store.h"
 
 namespace lg::proxy {
 
@@ -83,18 +84,22 @@ std::string serverTiming(const serving::Timing& t) {
 }
 
 Gateway::Gateway(GatewayOptions options, serving::Scheduler& scheduler, const text::Tokenizer& tokenizer,
-                 const openai::PromptEncoder& encoder, billing::KeyStore& keys, const billing::AdminKey& admin)
+                 const openai::PromptEncoder& encoder, billing::KeyStore& keys, const billing::AdminKey& admin,
+                 ResponseStore* responses)
     : options_(std::move(options)),
       scheduler_(scheduler),
       tokenizer_(tokenizer),
       encoder_(encoder),
       keys_(keys),
-      admin_(admin) {}
+      admin_(admin),
+      responses_(responses) {}
 
 void Gateway::addRoutes(Router& router) {
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { chatCompletions(r, e); });
   router.add("POST", "/v1/completions", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { completions(r, e); });
   router.add("POST", "/v1/responses", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { responses(r, e); });
+  router.addPrefix("GET", "/v1/responses/", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { getResponse(r, e); });
+  router.addPrefix("DELETE", "/v1/responses/", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { deleteResponse(r, e); });
   router.add("GET", "/v1/models", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { models(r, e); });
   router.add("GET", "/models", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { models(r, e); });
   router.add("POST", "/admin/keys", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { createKey(r, e); });
@@ -238,11 +243,35 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
   auto parsed = openai::parseResponsesRequest(*body, options_.limits);
   if (!parsed) return respondWithApiError(*exchange, parsed.error());
   if (!knownModel(parsed->model)) return respondWithApiError(*exchange, openai::modelNotFound(parsed->model));
+  json input;  // the effective input items, kept with the response when it is stored
   if (parsed->previous_response_id) {
-    // Stored responses are not kept yet: say so rather than answer without the context.
-    return respondWithApiError(*exchange, openai::invalidRequest("previous_response_id", "previous_response_not_found",
-                                                                 "Stored responses are not supported by this server; "
-                                                                 "send the whole conversation in `input`."));
+    if (responses_ == nullptr) {
+      // No store: say so rather than answer without the context.
+      return respondWithApiError(*exchange, openai::invalidRequest("previous_response_id", "previous_response_not_found",
+                                                                   "Stored responses are not kept by this server; "
+                                                                   "send the whole conversation in `input`."));
+    }
+    auto previous = responses_->get(who->key_id, *parsed->previous_response_id);
+    if (!previous.isOk()) {
+      proxyLog()->error("request {}: reading a stored response failed: {}", request.id, previous.status().toString());
+      return respondWithApiError(*exchange, openai::internalError());
+    }
+    if (!*previous) {
+      // As OpenAI answers (400); another key's response is answered the same way.
+      return respondWithApiError(*exchange, openai::invalidRequest("previous_response_id", "previous_response_not_found",
+                                                                   "Previous response with id '" +
+                                                                       *parsed->previous_response_id + "' not found."));
+    }
+    // The conversation so far and the new items, parsed as if the client had
+    // sent them all: the prompt is the same tokens as a resent conversation,
+    // so the prefix cache finds the earlier turns. (The request was parsed
+    // once before so that its errors name the client's own items.)
+    input = continuedInput(**previous, (*body)["input"]);
+    (*body)["input"] = input;
+    parsed = openai::parseResponsesRequest(*body, options_.limits);
+    if (!parsed) return respondWithApiError(*exchange, parsed.error());
+  } else if (parsed->store && responses_ != nullptr) {
+    input = inputItems((*body)["input"]);
   }
   if (!parsed->hosted_tools.empty()) {
     proxyLog()->info("request {}: hosted tools left out of the prompt: {}", request.id, joined(parsed->hosted_tools));
@@ -268,20 +297,78 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
   gen.sampling = std::move(*sampling);
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, parsed->hosted_tools);
-  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params);
+  std::function<void(const openai::ResponsesResponder&)> on_done;
+  if (responses_ != nullptr) {
+    // On the engine thread, before the client sees the end of the response,
+    // so that a continuation sent at once finds it. record() writes without
+    // an fsync (response_store.h), and nothing at all for store: false or a
+    // response that failed.
+    on_done = [store = responses_, owner = who->key_id, keep = parsed->store, input = std::move(input),
+               request_id = request.id](const openai::ResponsesResponder& r) {
+      if (Status s = store->record(owner, keep, input, r.finalResponse()); !s.isOk()) {
+        proxyLog()->error("request {}: storing response {} failed: {}", request_id, r.id(), s.toString());
+      }
+    };
+  }
+  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, std::move(on_done));
+}
+
+// ----------------------------------------------------- stored responses by id
+
+namespace {
+
+openai::ApiError responseNotFound(std::string_view id) {
+  openai::ApiError e = openai::invalidRequest("", "", "Response with id '" + std::string(id) + "' not found.");
+  e.http_status = 404;
+  return e;
+}
+
+}  // namespace
+
+void Gateway::getResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
+  auto who = authenticate(*exchange);
+  if (!who) return;
+  const std::string id = request.path.substr(std::string_view("/v1/responses/").size());
+  if (responses_ == nullptr) return respondWithApiError(*exchange, responseNotFound(id));
+  auto found = responses_->get(who->key_id, id);
+  if (!found.isOk()) {
+    proxyLog()->error("request {}: reading a stored response failed: {}", request.id, found.status().toString());
+    return respondWithApiError(*exchange, openai::internalError());
+  }
+  if (!*found) return respondWithApiError(*exchange, responseNotFound(id));
+  exchange->respond(200, jsonHeaders(), (*found)->response.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void Gateway::deleteResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
+  auto who = authenticate(*exchange);
+  if (!who) return;
+  const std::string id = request.path.substr(std::string_view("/v1/responses/").size());
+  if (responses_ == nullptr) return respondWithApiError(*exchange, responseNotFound(id));
+  // A synced write on the I/O thread, as the admin API's: deletions are rare
+  // and a deleted response must stay deleted after a crash.
+  auto removed = responses_->remove(who->key_id, id);
+  if (!removed.isOk()) {
+    proxyLog()->error("request {}: deleting a stored response failed: {}", request.id, removed.status().toString());
+    return respondWithApiError(*exchange, openai::internalError());
+  }
+  if (!*removed) return respondWithApiError(*exchange, responseNotFound(id));
+  exchange->respond(200, jsonHeaders(), json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump());
 }
 
 // One generation answered by a chat or Responses responder.
 template <class Responder>
 void Gateway::submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationRequest request,
                         std::shared_ptr<Responder> responder, bool stream, HttpHeaders headers,
-                        const openai::ParamNames& params) {
+                        const openai::ParamNames& params, std::function<void(const Responder&)> on_done) {
   // Taken before submit(), which orders it before the first event: only the
   // engine thread calls the sink afterwards, so the responder needs no lock.
   const std::string first = responder->start();
-  serving::Submission sub = scheduler_.submit(std::move(request), [exchange, responder, stream, headers](serving::StreamEvent&& e) {
-    deliver(*exchange, responder->onEvent(e), stream, e.timing, headers);
-  });
+  serving::Submission sub = scheduler_.submit(
+      std::move(request), [exchange, responder, stream, headers, on_done = std::move(on_done)](serving::StreamEvent&& e) {
+        openai::ResponderOutput out = responder->onEvent(e);
+        if (out.done && on_done) on_done(*responder);
+        deliver(*exchange, std::move(out), stream, e.timing, headers);
+      });
   if (!sub) {
     return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message, params,
                                                                options_.retry));

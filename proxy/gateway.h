@@ -11,9 +11,11 @@
 // request within one engine step.
 //
 // Thread-safety: routes may run on every I/O thread at once; the gateway's
-// state is immutable after construction, except the key store (thread-safe).
+// state is immutable after construction, except the key store and the
+// response store (both thread-safe).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +26,7 @@
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/prompt_encoder.h"
 #include "proxy/openai/request_types.h"
+#include "proxy/response_store.h"
 #include "proxy/router.h"
 #include "serving/scheduler.h"
 #include "text/tokenizer/tokenizer.h"
@@ -42,9 +45,13 @@ struct GatewayOptions {
 
 class Gateway {
  public:
-  // Everything passed by reference must outlive the gateway and the server.
+  // Everything passed by reference must outlive the gateway and the server;
+  // `responses` (stored responses; null: none are kept, previous_response_id
+  // is refused) must also outlive the scheduler's engine thread, which
+  // records finished responses.
   Gateway(GatewayOptions options, serving::Scheduler& scheduler, const text::Tokenizer& tokenizer,
-          const openai::PromptEncoder& encoder, billing::KeyStore& keys, const billing::AdminKey& admin);
+          const openai::PromptEncoder& encoder, billing::KeyStore& keys, const billing::AdminKey& admin,
+          ResponseStore* responses = nullptr);
 
   void addRoutes(Router& router);
 
@@ -56,13 +63,17 @@ class Gateway {
   bool knownModel(const std::string& model) const;
   serving::GenerationRequest newRequest(const billing::Principal& who) const;
 
+  // `on_done` (optional) runs on the engine thread once the responder is
+  // done, before the client is sent the end of the response.
   template <class Responder>
   void submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationRequest request,
                  std::shared_ptr<Responder> responder, bool stream, HttpHeaders headers,
-                 const openai::ParamNames& params);
+                 const openai::ParamNames& params, std::function<void(const Responder&)> on_done = {});
   void chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void completions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void responses(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+  void getResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
+  void deleteResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void models(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void createKey(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void listKeys(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
@@ -74,6 +85,7 @@ class Gateway {
   const openai::PromptEncoder& encoder_;
   billing::KeyStore& keys_;
   const billing::AdminKey& admin_;
+  ResponseStore* const responses_;
 };
 
 // The client's error as an HTTP response (status, OpenAI error JSON, Retry-After).

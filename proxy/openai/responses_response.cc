@@ -225,6 +225,7 @@ ResponderOutput ResponsesResponder::onEvent(const serving::StreamEvent& event) {
     json response = responseObject(complete ? "completed" : "incomplete");
     if (!complete) response["incomplete_details"] = json{{"reason", "max_output_tokens"}};
     response["usage"] = usageJson(usage_, UsageStyle::kResponses, o_.cost);
+    final_ = response;
     if (o_.stream) {
       emit(complete ? "response.completed" : "response.incomplete", json{{"response", std::move(response)}});
       out.body = std::move(out_);

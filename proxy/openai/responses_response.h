@@ -57,6 +57,11 @@ class ResponsesResponder {
 
   const std::string& id() const { return o_.meta.id; }
 
+  // The final response object once the request finished (status
+  // "completed" or "incomplete", as sent to the client); null before, and
+  // after a failure. What a server stores for GET and previous_response_id.
+  const nlohmann::json& finalResponse() const { return final_; }
+
  private:
   enum class ItemKind : uint8_t { kNone, kReasoning, kMessage, kFunctionCall };
 
@@ -75,6 +80,7 @@ class ResponsesResponder {
   std::string out_;  // SSE bytes of the event being handled
   UsageCounts usage_;
   nlohmann::json output_ = nlohmann::json::array();  // finished items
+  nlohmann::json final_;                             // finalResponse()
   // The open item.
   ItemKind open_ = ItemKind::kNone;
   std::string item_id_;

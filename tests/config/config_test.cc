@@ -235,5 +235,21 @@ TEST(ConfigTest, ServingAndGatewaySettingsAreValidatedAndTheAdminKeyNeverPrinted
   EXPECT_NE(bad.status().message().find("server.default_max_tokens"), std::string::npos);
 }
 
+TEST(ConfigTest, StoredResponsesExpireAfterThirtyDaysUnlessConfigured) {
+  ConfigSources sources;
+  auto c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->server.stored_response_ttl_s, 30 * 24 * 3600);
+  sources.environment = {{"LATENTGATE_SERVER_STORED_RESPONSE_TTL_S", "3600"}};
+  c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->server.stored_response_ttl_s, 3600);
+  EXPECT_NE(configToJson(*c).find("\"stored_response_ttl_s\": 3600"), std::string::npos) << configToJson(*c);
+  sources.environment = {{"LATENTGATE_SERVER_STORED_RESPONSE_TTL_S", "0"}};
+  auto bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("server.stored_response_ttl_s"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace lg

@@ -116,6 +116,79 @@ test('responses, not streamed and streamed', async () => {
   checkFinish(completed.status === 'incomplete' ? 'length' : 'stop', completed.usage.output_tokens, 4);
 });
 
+test('stored responses: previous_response_id continues from the cache; store:false, other keys, GET, DELETE', async () => {
+  const instructions = 'You are a careful coding agent. Read before you write, and say what you changed. '.repeat(40);
+  const first = await clientA.responses.create({
+    model: server.model, instructions, input: 'Describe the layout of this repository. '.repeat(20),
+    max_output_tokens: 6, temperature: 0,
+  });
+  assert.equal(first.store, true);
+  assert.ok(['completed', 'incomplete'].includes(first.status));
+  // The conversation continues by id: only the new message is sent, and the
+  // prompt is the earlier turn's tokens first, so the cache finds them.
+  const second = await clientA.responses.create({
+    model: server.model, instructions, previous_response_id: first.id,
+    input: [{ role: 'user', content: 'And where are the tests?' }], max_output_tokens: 4, temperature: 0,
+  });
+  assert.equal(second.previous_response_id, first.id);
+  const p1 = first.usage.input_tokens;
+  assert.ok(second.usage.input_tokens > p1, `${second.usage.input_tokens} > ${p1}`);
+  const cached = second.usage.input_tokens_details.cached_tokens;
+  assert.ok(cached > 0 && cached >= Math.floor(p1 / 64) * 64, `cached ${cached} covers the first prompt's ${p1} tokens`);
+  // A chain: the third request, streamed, carries both earlier turns.
+  const stream = await clientA.responses.create({
+    model: server.model, instructions, previous_response_id: second.id, input: 'Thanks.', max_output_tokens: 3,
+    stream: true,
+  });
+  let third = null;
+  for await (const event of stream) {
+    if (event.type === 'response.completed' || event.type === 'response.incomplete') third = event.response;
+  }
+  assert.ok(third.usage.input_tokens > second.usage.input_tokens);
+  assert.ok(third.usage.input_tokens_details.cached_tokens >= Math.floor(second.usage.input_tokens / 64) * 64);
+
+  // store: false keeps nothing: its id is not found.
+  const notFound = (e) => e instanceof OpenAI.BadRequestError && e.code === 'previous_response_not_found' &&
+    e.param === 'previous_response_id';
+  const unstored = await clientA.responses.create({ model: server.model, input: 'Hi', max_output_tokens: 2, store: false });
+  assert.equal(unstored.store, false);
+  await assert.rejects(clientA.responses.create({ model: server.model, previous_response_id: unstored.id, input: 'Go on', max_output_tokens: 2 }), notFound);
+  await assert.rejects(clientA.responses.retrieve(unstored.id), (e) => e instanceof OpenAI.NotFoundError);
+  // Another key, even of the same team, sees nothing, exactly as for an unknown id.
+  const keyA2 = await server.createKey('team-a', 'sdk test a2');
+  const clientA2 = new OpenAI({ apiKey: keyA2, baseURL: server.url + '/v1', maxRetries: 0 });
+  await assert.rejects(clientA2.responses.create({ model: server.model, previous_response_id: first.id, input: 'x', max_output_tokens: 2 }), notFound);
+  await assert.rejects(clientB.responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+  const raw = (method, key, id) => server.request(method, `/v1/responses/${id}`, { headers: { authorization: `Bearer ${key}` } });
+  const theirs = await raw('GET', keyA2, first.id);
+  const unknown = await raw('GET', keyA2, 'resp_' + 'x'.repeat(first.id.length - 5));
+  assert.equal(theirs.status, 404);
+  assert.equal(theirs.status, unknown.status);
+  assert.equal(theirs.body.replace(first.id, 'ID'), unknown.body.replace(/resp_x+/, 'ID'));
+  assert.equal((await raw('DELETE', keyA2, first.id)).status, 404);
+
+  // GET returns the stored object; DELETE removes it, for its owner only.
+  const got = await clientA.responses.retrieve(first.id);
+  assert.equal(got.id, first.id);
+  assert.equal(got.status, first.status);
+  assert.deepEqual(got.output, first.output);
+  assert.deepEqual(got.usage, first.usage);
+  const deleted = await raw('DELETE', keyA, first.id);
+  assert.equal(deleted.status, 200);
+  assert.deepEqual(JSON.parse(deleted.body), { id: first.id, object: 'response', deleted: true });
+  await assert.rejects(clientA.responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(clientA.responses.create({ model: server.model, previous_response_id: first.id, input: 'x', max_output_tokens: 2 }), notFound);
+  await clientA.responses.delete(second.id);  // the SDK's own call
+  await assert.rejects(clientA.responses.retrieve(second.id), (e) => e instanceof OpenAI.NotFoundError);
+  // The chain was expanded when the third response was stored: it still
+  // continues. Instructions are not carried over (as at OpenAI): without them
+  // the prompt is shorter than the third's, which had them.
+  const fourth = await clientA.responses.create({ model: server.model, instructions, previous_response_id: third.id, input: 'Bye.', max_output_tokens: 2 });
+  assert.ok(fourth.usage.input_tokens > third.usage.input_tokens);
+  const bare = await clientA.responses.create({ model: server.model, previous_response_id: third.id, input: 'Bye.', max_output_tokens: 2, store: false });
+  assert.ok(bare.usage.input_tokens < third.usage.input_tokens);
+});
+
 test('completions with echo and logprobs score the prompt', async () => {
   const r = await clientA.completions.create({ model: server.model, prompt: 'The cat sat on the mat', max_tokens: 0, echo: true, logprobs: 2 });
   const lp = r.choices[0].logprobs;
