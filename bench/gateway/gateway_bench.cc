@@ -224,6 +224,8 @@ awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int sess
       const std::string& b = parser.get().body();
       if (parser.get().result_int() != 200) {
         ++stats.errors;
+        std::cerr << "session " << session << " turn " << turn << ": HTTP " << parser.get().result_int() << " "
+                  << b.substr(0, 300) << "\n";
         co_return;
       }
       // The reply as the client saw it, and the usage in the last chunk.

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The gateway benchmarks of docs/benchmarks.md, one run each:
+#   models:   GET /v1/models requests per second, latentgate serve against
+#             nginx (Debian package) serving the same JSON over TLS with the
+#             same certificate, the same number of worker threads, wrk as the
+#             client; alternated ROUNDS times, medians and the ratio reported.
+#   overhead: gateway_bench --mode overhead (1, 8 and 64 keep-alive TLS
+#             connections; client latency minus the engine's Server-Timing total).
+#   agent:    gateway_bench --mode agent on the bench preset, cache on and then
+#             off (cache.enabled=false): TTFT and throughput through HTTP.
+# Usage: scripts/bench-gateway.sh [models] [overhead] [agent]   (default: all)
+# Env: LG_BUILD_DIR (build/), LG_BENCH_MODEL (the bench preset, made in
+# /tmp/lg-bench if missing), ROUNDS (3), SECONDS_EACH (10).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${LG_BUILD_DIR:-$root/build}
+bin=$build/cli/latentgate
+bench=$build/bench/gateway/gateway_bench
+rounds=${ROUNDS:-3}
+secs=${SECONDS_EACH:-10}
+what=${*:-models overhead agent}
+command -v wrk >/dev/null && command -v nginx >/dev/null || LG_EXTRA_PACKAGES="wrk nginx-light" "$root/scripts/install-deps.sh"
+work=$(mktemp -d /tmp/lg-bench-gateway-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+admin=bench-admin-key-0123456789
+
+# start_server NAME [serve flags...]: sets url, port, key, ca.
+start_server() {
+  local name=$1; shift
+  LATENTGATE_ADMIN_KEY=$admin "$bin" serve --data-dir "$work/$name" --listen 127.0.0.1:0 "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 1200); do grep -q "serving .* at https://" "$work/$name.log" && break; sleep 0.25; done
+  url=$(grep -m1 -o "https://[^ ]*/v1" "$work/$name.log" | sed 's#/v1$##')
+  port=${url##*:}
+  ca=$work/$name/tls/ca.crt
+  key=$(curl -sf --cacert "$ca" "$url/admin/keys" -H "Authorization: Bearer $admin" -d '{"team": "bench", "name": "bench"}' |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["key"])')
+}
+stop_servers() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+
+wrk_rps() {  # wrk_rps URL [header] -> requests/s
+  wrk -t1 -c64 -d"${secs}s" --latency ${2:+-H "$2"} "$1" | awk '/^Requests\/sec/ {print $2}'
+}
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+if [[ " $what " == *" models "* || " $what " == *" overhead "* ]]; then
+  start_server demo
+  echo "server: latentgate serve (demo model) at $url, $(nproc) cores, $(date -u +%FT%TZ)"
+fi
+
+if [[ " $what " == *" models "* ]]; then
+  mkdir -p "$work/nginx/www/v1" "$work/nginx/logs"
+  chmod o+x "$work" && chmod -R o+rX "$work/nginx"  # nginx workers run as an unprivileged user
+  curl -sf --cacert "$ca" "$url/v1/models" -H "Authorization: Bearer $key" >"$work/nginx/www/v1/models"
+  chmod o+r "$work/nginx/www/v1/models"
+  nginx_port=$((port + 1))
+  cat >"$work/nginx/nginx.conf" <<EOF
+worker_processes 2;   # latentgate serve's server.io_threads default
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/logs/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$nginx_port ssl;
+    ssl_certificate $work/demo/tls/server.crt;
+    ssl_certificate_key $work/demo/tls/server.key;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    root $work/nginx/www;
+    location = /v1/models { default_type application/json; }
+  }
+}
+EOF
+  nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" 2>"$work/nginx/stderr" &
+  pids+=($!)
+  for _ in $(seq 1 40); do curl -sf --cacert "$ca" "https://127.0.0.1:$nginx_port/v1/models" >/dev/null && break; sleep 0.25; done
+  [[ -s $work/nginx/stderr ]] && cat "$work/nginx/stderr" "$work/nginx/logs/error.log" >&2
+  cmp <(curl -sf --cacert "$ca" "https://127.0.0.1:$nginx_port/v1/models") "$work/nginx/www/v1/models"
+  : >"$work/lg.rps"; : >"$work/nginx.rps"
+  for r in $(seq 1 "$rounds"); do
+    lg=$(wrk_rps "$url/v1/models" "Authorization: Bearer $key"); echo "$lg" >>"$work/lg.rps"
+    ng=$(wrk_rps "https://127.0.0.1:$nginx_port/v1/models"); echo "$ng" >>"$work/nginx.rps"
+    echo "round $r: latentgate $lg req/s, nginx $ng req/s"
+  done
+  lg=$(median <"$work/lg.rps"); ng=$(median <"$work/nginx.rps")
+  python3 -c "import json; print(json.dumps({'bench': 'models_rps', 'connections': 64, 'seconds': $secs, 'rounds': $rounds, 'latentgate_rps_median': $lg, 'nginx_rps_median': $ng, 'ratio': round($lg / $ng, 3)}))"
+fi
+
+if [[ " $what " == *" overhead "* ]]; then
+  for c in 1 8 64; do
+    "$bench" --mode overhead --port "$port" --key "$key" --ca "$ca" --connections "$c" --seconds "$secs" --label "demo_$c"
+  done
+fi
+stop_servers
+
+if [[ " $what " == *" agent "* ]]; then
+  model=${LG_BENCH_MODEL:-/tmp/lg-bench}
+  [[ -f $model/model.safetensors ]] || "$bin" model init --preset bench --out "$model" >/dev/null
+  for cache in on off; do
+    enabled=true; [[ $cache == off ]] && enabled=false
+    LATENTGATE_CACHE_ENABLED=$enabled start_server "agent-$cache" --model "$model"
+    "$bench" --mode agent --port "$port" --key "$key" --ca "$ca" --model "$(basename "$model")" \
+      --sessions 3 --turns 4 --system-words 1500 --turn-words 60 --reply-tokens 32 --label "cache_$cache"
+    stop_servers
+  done
+fi
