@@ -127,6 +127,8 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway_options.max_context = (*backend)->maxContext();
   gateway_options.limits.max_stop_strings = config.serving.max_stop_strings;
   gateway_options.limits.default_max_tokens = config.server.default_max_tokens;
+  gateway_options.rate_limits.per_key = {config.limits.key_requests_per_minute, config.limits.key_tokens_per_minute};
+  gateway_options.rate_limits.per_team = {config.limits.team_requests_per_minute, config.limits.team_tokens_per_minute};
   proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
   proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses);
   proxy::Router router;

@@ -96,6 +96,10 @@ const std::array kFields = {
     LG_FIELD("serving.max_queue_wait_ms", serving.max_queue_wait_ms),
     LG_FIELD("serving.output_reservation_tokens", serving.output_reservation_tokens),
     LG_FIELD("serving.max_stop_strings", serving.max_stop_strings),
+    LG_FIELD("limits.key_requests_per_minute", limits.key_requests_per_minute),
+    LG_FIELD("limits.key_tokens_per_minute", limits.key_tokens_per_minute),
+    LG_FIELD("limits.team_requests_per_minute", limits.team_requests_per_minute),
+    LG_FIELD("limits.team_tokens_per_minute", limits.team_tokens_per_minute),
 };
 #undef LG_FIELD
 
@@ -400,6 +404,12 @@ Status validateConfig(const Config& c) {
   }
   if (sv.max_stop_strings < 0 || sv.max_stop_strings > 64) {
     return invalidArgument("serving.max_stop_strings: expected 0..64, got " + std::to_string(sv.max_stop_strings));
+  }
+  for (const auto& [name, value] : {std::pair{"key_requests_per_minute", c.limits.key_requests_per_minute},
+                                    std::pair{"key_tokens_per_minute", c.limits.key_tokens_per_minute},
+                                    std::pair{"team_requests_per_minute", c.limits.team_requests_per_minute},
+                                    std::pair{"team_tokens_per_minute", c.limits.team_tokens_per_minute}}) {
+    if (value < 0) return invalidArgument(std::string("limits.") + name + ": expected >= 0 (0 = unlimited), got " + std::to_string(value));
   }
   if (c.cache.io_threads < 0 || c.cache.io_threads > 64) {
     return invalidArgument("cache.io_threads: expected 0..64 (0 = one per core, at most 4), got " +

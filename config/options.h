@@ -92,6 +92,16 @@ struct ServingOptions {
   int max_stop_strings = 4;               // stop strings per request (OpenAI's limit)
 };
 
+// Requests and tokens per minute (prompt + output cap, the unused part given
+// back at the end) per API key and per team; 0 = unlimited
+// (billing/rate_limiter.h).
+struct LimitOptions {
+  int64_t key_requests_per_minute = 0;
+  int64_t key_tokens_per_minute = 0;
+  int64_t team_requests_per_minute = 0;
+  int64_t team_tokens_per_minute = 0;
+};
+
 struct Config {
   std::string data_dir = "./data";
   // The admin API's bearer key (LATENTGATE_ADMIN_KEY); empty: DATA/admin.key,
@@ -102,6 +112,7 @@ struct Config {
   EngineOptions engine;
   CacheOptions cache;
   ServingOptions serving;
+  LimitOptions limits;
 };
 
 }  // namespace lg

@@ -1,6 +1,8 @@
 #include "proxy/gateway.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -68,8 +70,9 @@ void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const
 
 }  // namespace
 
-void respondWithApiError(Exchange& exchange, const openai::ApiError& error) {
-  HttpHeaders headers = jsonHeaders();
+void respondWithApiError(Exchange& exchange, const openai::ApiError& error, const HttpHeaders& extra) {
+  HttpHeaders headers = extra;
+  headers.add("content-type", "application/json");
   if (error.retry_after_s > 0) headers.add("retry-after", std::to_string(error.retry_after_s));
   exchange.respond(error.http_status, std::move(headers), openai::apiErrorJson(error).dump(-1, ' ', false, json::error_handler_t::replace));
 }
@@ -92,7 +95,8 @@ Gateway::Gateway(GatewayOptions options, serving::Scheduler& scheduler, const te
       encoder_(encoder),
       keys_(keys),
       admin_(admin),
-      responses_(responses) {}
+      responses_(responses),
+      rate_limiter_(options_.rate_limits) {}
 
 void Gateway::addRoutes(Router& router) {
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { chatCompletions(r, e); });
@@ -140,6 +144,29 @@ serving::GenerationRequest Gateway::newRequest(const billing::Principal& who) co
   return r;
 }
 
+bool Gateway::admitRate(Exchange& exchange, const billing::Principal& who, int64_t tokens, HttpHeaders& headers) {
+  const billing::RateDecision d = rate_limiter_.admit(who.key_id, who.team, tokens);
+  auto report = [&headers](const char* kind, const billing::RateLimitState& s) {
+    if (s.limit == 0) return;
+    headers.add(std::string("x-ratelimit-limit-") + kind, std::to_string(s.limit));
+    headers.add(std::string("x-ratelimit-remaining-") + kind, std::to_string(s.remaining));
+    headers.add(std::string("x-ratelimit-reset-") + kind, billing::resetDuration(s.reset_s));
+  };
+  report("requests", d.requests);
+  report("tokens", d.tokens);
+  if (d.allowed) return true;
+  openai::ApiError e;
+  e.http_status = 429;
+  e.type = d.exhausted;  // "requests" or "tokens", as OpenAI's rate-limit errors say
+  e.code = "rate_limit_exceeded";
+  e.message = billing::RateLimiter::describe(d, rate_limiter_.options());
+  // A request that can never fit gets no Retry-After: waiting would not help.
+  if (d.retry_after_s >= 0) e.retry_after_s = std::max(1, static_cast<int>(std::ceil(d.retry_after_s)));
+  proxyLog()->info("request {}: rate limited ({} per minute of the {})", exchange.request().id, d.exhausted, d.subject);
+  respondWithApiError(exchange, e, headers);
+  return false;
+}
+
 // ----------------------------------------------------------- chat completions
 
 void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
@@ -173,7 +200,9 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   gen.sampling = std::move(*sampling);
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, {});
-  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params);
+  const int64_t reserved = static_cast<int64_t>(gen.prompt.size()) + gen.sampling.max_tokens;
+  if (!admitRate(*exchange, *who, reserved, headers)) return;
+  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, *who, reserved);
 }
 
 // ---------------------------------------------------------------- completions
@@ -214,17 +243,28 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   const bool stream = parsed->stream;
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, {});
+  // One request against the rate limits, with every prompt's tokens and output cap.
+  std::vector<int64_t> reserved(n);
+  for (size_t i = 0; i < n; ++i) reserved[i] = static_cast<int64_t>(requests[i].prompt.size()) + requests[i].sampling.max_tokens;
+  int64_t unsubmitted = 0;
+  for (int64_t r : reserved) unsubmitted += r;
+  if (!admitRate(*exchange, *who, unsubmitted, headers)) return;
   auto handles = std::make_shared<std::vector<serving::RequestHandle>>();
   for (size_t i = 0; i < n; ++i) {
     serving::Submission sub = scheduler_.submit(
-        std::move(requests[i]), [exchange, responder, stream, headers, i](serving::StreamEvent&& e) {
+        std::move(requests[i]), [this, exchange, responder, stream, headers, i, key = who->key_id, team = who->team,
+                                 reserved = reserved[i]](serving::StreamEvent&& e) {
+          if (e.final) rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
           deliver(*exchange, responder->onEvent(i, e), stream, e.timing, headers);
         });
     if (!sub) {
+      // Those already submitted give back their share when their cancellation ends them.
+      rate_limiter_.settle(who->key_id, who->team, unsubmitted, 0);
       for (const serving::RequestHandle& h : *handles) h.cancel();
       return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message,
                                                                  parsed->params, options_.retry));
     }
+    unsubmitted -= reserved[i];
     handles->push_back(sub.handle);
   }
   exchange->onDisconnect([handles] {
@@ -297,6 +337,8 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
   gen.sampling = std::move(*sampling);
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, parsed->hosted_tools);
+  const int64_t reserved = static_cast<int64_t>(gen.prompt.size()) + gen.sampling.max_tokens;
+  if (!admitRate(*exchange, *who, reserved, headers)) return;
   std::function<void(const openai::ResponsesResponder&)> on_done;
   if (responses_ != nullptr) {
     // On the engine thread, before the client sees the end of the response,
@@ -310,7 +352,8 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
       }
     };
   }
-  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, std::move(on_done));
+  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, *who, reserved,
+            std::move(on_done));
 }
 
 // ----------------------------------------------------- stored responses by id
@@ -359,17 +402,21 @@ void Gateway::deleteResponse(const HttpRequest& request, std::shared_ptr<Exchang
 template <class Responder>
 void Gateway::submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationRequest request,
                         std::shared_ptr<Responder> responder, bool stream, HttpHeaders headers,
-                        const openai::ParamNames& params, std::function<void(const Responder&)> on_done) {
+                        const openai::ParamNames& params, const billing::Principal& who, int64_t reserved,
+                        std::function<void(const Responder&)> on_done) {
   // Taken before submit(), which orders it before the first event: only the
   // engine thread calls the sink afterwards, so the responder needs no lock.
   const std::string first = responder->start();
   serving::Submission sub = scheduler_.submit(
-      std::move(request), [exchange, responder, stream, headers, on_done = std::move(on_done)](serving::StreamEvent&& e) {
+      std::move(request), [this, exchange, responder, stream, headers, on_done = std::move(on_done), key = who.key_id,
+                           team = who.team, reserved](serving::StreamEvent&& e) {
+        if (e.final) rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
         openai::ResponderOutput out = responder->onEvent(e);
         if (out.done && on_done) on_done(*responder);
         deliver(*exchange, std::move(out), stream, e.timing, headers);
       });
   if (!sub) {
+    rate_limiter_.settle(who.key_id, who.team, reserved, 0);
     return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message, params,
                                                                options_.retry));
   }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "billing/key_store.h"
+#include "billing/rate_limiter.h"
 #include "cache/namespace.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/prompt_encoder.h"
@@ -39,6 +40,7 @@ struct GatewayOptions {
   int32_t max_context = 0;
   openai::ParseLimits limits;
   openai::RetryAfter retry;
+  billing::RateLimitOptions rate_limits;  // per key and team, per minute; unlimited by default
   // Shared cache namespaces each team may read (an admin's grants).
   std::map<std::string, std::vector<cache::SharedNamespace>> shared_namespaces;
 };
@@ -62,13 +64,18 @@ class Gateway {
   bool authenticateAdmin(Exchange& exchange) const;
   bool knownModel(const std::string& model) const;
   serving::GenerationRequest newRequest(const billing::Principal& who) const;
+  // Charges `tokens` (prompt + output cap) and one request to the caller's
+  // per-minute limits and adds the x-ratelimit-* headers; false: a 429 with
+  // Retry-After was sent and nothing was charged.
+  bool admitRate(Exchange& exchange, const billing::Principal& who, int64_t tokens, HttpHeaders& headers);
 
   // `on_done` (optional) runs on the engine thread once the responder is
   // done, before the client is sent the end of the response.
   template <class Responder>
   void submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationRequest request,
                  std::shared_ptr<Responder> responder, bool stream, HttpHeaders headers,
-                 const openai::ParamNames& params, std::function<void(const Responder&)> on_done = {});
+                 const openai::ParamNames& params, const billing::Principal& who, int64_t reserved,
+                 std::function<void(const Responder&)> on_done = {});
   void chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void completions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void responses(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
@@ -86,10 +93,11 @@ class Gateway {
   billing::KeyStore& keys_;
   const billing::AdminKey& admin_;
   ResponseStore* const responses_;
+  billing::RateLimiter rate_limiter_;
 };
 
-// The client's error as an HTTP response (status, OpenAI error JSON, Retry-After).
-void respondWithApiError(Exchange& exchange, const openai::ApiError& error);
+// The client's error as an HTTP response (status, OpenAI error JSON, Retry-After, extra headers).
+void respondWithApiError(Exchange& exchange, const openai::ApiError& error, const HttpHeaders& extra = {});
 
 // "queue;dur=1.200, cache;dur=0.300, prefill;dur=40.100, ttft;dur=41.700,
 // decode;dur=220.500, total;dur=262.200" (milliseconds; total: submit to the
