@@ -342,9 +342,9 @@ class Connection final : public ConnectionBase {
         phase_ = Phase::kResponding;
         setDeadline(Deadline::kWrite, Clock::now() + server_.options.write_timeout);
         close_after_ = true;
-        const OpenAiError e = responseTimeoutError();
-        const std::string body = openAiErrorBody(e);
-        writeHead(e.status, openAiErrorHeaders(e), body.size());
+        const ApiError e = responseTimeoutError();
+        const std::string body = apiErrorBody(e);
+        writeHead(e.http_status, apiErrorHeaders(e), body.size());
         if (!head_request_) queue(body);
         return flush();
       }
@@ -461,8 +461,8 @@ class Connection final : public ConnectionBase {
           case 413: return rejectRequest(bodyTooLargeError(static_cast<int64_t>(server_.options.limits.max_body_bytes)));
           case 431: return rejectRequest(headersTooLargeError(static_cast<int64_t>(server_.options.limits.max_header_bytes)));
           case 505: {
-            OpenAiError e = badRequestError("Only HTTP/1.0 and HTTP/1.1 are supported");
-            e.status = 505;
+            ApiError e = badRequestError("Only HTTP/1.0 and HTTP/1.1 are supported");
+            e.http_status = 505;
             e.code = "http_version_not_supported";
             return rejectRequest(e);
           }
@@ -474,7 +474,7 @@ class Connection final : public ConnectionBase {
 
   // The server's own answer to a request it will not hand over (bad, too
   // large, too slow); the connection ends after it.
-  void rejectRequest(const OpenAiError& error) {
+  void rejectRequest(const ApiError& error) {
     server_.counters.rejected.fetch_add(1);
     phase_ = Phase::kResponding;
     // A connection being ended gets little time: these clients are the
@@ -482,8 +482,8 @@ class Connection final : public ConnectionBase {
     setDeadline(Deadline::kWrite, Clock::now() + std::min(server_.options.write_timeout, server_.options.linger_timeout));
     close_after_ = true;
     request_id_ = newRequestId();
-    const std::string body = openAiErrorBody(error);
-    writeHead(error.status, openAiErrorHeaders(error), body.size());
+    const std::string body = apiErrorBody(error);
+    writeHead(error.http_status, apiErrorHeaders(error), body.size());
     queue(body);
     flush();
   }
@@ -508,10 +508,10 @@ class Connection final : public ConnectionBase {
       server_.handler(exchange->request(), exchange);
     } catch (const std::exception& e) {
       proxyLog()->error("{}: the handler threw: {}", exchange->request().id, e.what());
-      respondWithError(*exchange, internalServerError());
+      respondWithApiError(*exchange, internalServerError());
     } catch (...) {
       proxyLog()->error("{}: the handler threw", exchange->request().id);
-      respondWithError(*exchange, internalServerError());
+      respondWithApiError(*exchange, internalServerError());
     }
   }
 

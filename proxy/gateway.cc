@@ -67,12 +67,6 @@ void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const
 
 }  // namespace
 
-void respondWithApiError(Exchange& exchange, const openai::ApiError& error) {
-  HttpHeaders headers = jsonHeaders();
-  if (error.retry_after_s > 0) headers.add("retry-after", std::to_string(error.retry_after_s));
-  exchange.respond(error.http_status, std::move(headers), openai::apiErrorJson(error).dump(-1, ' ', false, json::error_handler_t::replace));
-}
-
 std::string serverTiming(const serving::Timing& t) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "queue;dur=%.1f, cache;dur=%.1f, prefill;dur=%.1f, ttft;dur=%.1f, decode;dur=%.1f",

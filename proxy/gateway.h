@@ -24,6 +24,7 @@
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/prompt_encoder.h"
 #include "proxy/openai/request_types.h"
+#include "proxy/openai_error.h"  // respondWithApiError
 #include "proxy/router.h"
 #include "serving/scheduler.h"
 #include "text/tokenizer/tokenizer.h"
@@ -75,9 +76,6 @@ class Gateway {
   billing::KeyStore& keys_;
   const billing::AdminKey& admin_;
 };
-
-// The client's error as an HTTP response (status, OpenAI error JSON, Retry-After).
-void respondWithApiError(Exchange& exchange, const openai::ApiError& error);
 
 // "queue;dur=1.2, cache;dur=0.3, prefill;dur=40.1, decode;dur=220.5" (milliseconds).
 std::string serverTiming(const serving::Timing& timing);
