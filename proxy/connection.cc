@@ -399,7 +399,13 @@ class Connection final : public ConnectionBase {
     const size_t cap = bufferCap();
     if (buffer_.size() >= cap) return;  // resumes once the buffer is consumed
     reading_ = true;
-    stream_.async_read_some(buffer_.prepare(std::min(kReadChunk, cap - buffer_.size())),
+    // Into a buffer of its own, not into buffer_.prepare(): the read stays
+    // pending while a request is handled, and a pipelined request parsed
+    // meanwhile (finishResponse) consumes buffer_, which invalidates a
+    // prepared region: the bytes would land where buffer_ no longer reads,
+    // and the next request would be parsed from stale bytes.
+    if (!read_chunk_) read_chunk_ = std::make_unique<char[]>(kReadChunk);
+    stream_.async_read_some(net::buffer(read_chunk_.get(), std::min(kReadChunk, cap - buffer_.size())),
                             [self = self()](const ErrorCode& ec, size_t n) { self->onRead(ec, n); });
   }
 
@@ -407,6 +413,7 @@ class Connection final : public ConnectionBase {
     reading_ = false;
     if (phase_ == Phase::kClosed) return;
     if (ec) return onReadError(ec);
+    std::memcpy(buffer_.prepare(n).data(), read_chunk_.get(), n);
     buffer_.commit(n);
     if (phase_ == Phase::kLingering) {
       buffer_.consume(buffer_.size());
@@ -642,7 +649,8 @@ class Connection final : public ConnectionBase {
   uint64_t deadline_generation_ = 0;
   Clock::time_point accepted_at_;
 
-  boost::beast::flat_buffer buffer_;
+  boost::beast::flat_buffer buffer_;    // received, not parsed yet
+  std::unique_ptr<char[]> read_chunk_;  // what the pending read writes into (see maybeRead)
   bool reading_ = false;
   std::unique_ptr<RequestParser> parser_;
   bool request_started_ = false;  // a byte of the current request arrived
