@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <mutex>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -201,13 +203,37 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   const bool stream = parsed->stream;
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, {});
+  // Holds what the prompts' sinks produce until every prompt is submitted:
+  // a later prompt's refusal must be the whole response, and an earlier
+  // prompt's events (its chunks, its cancellation) would otherwise reach the
+  // exchange after that refusal (the engine thread's calls are posted behind
+  // the handler's), which closes the connection as a misuse.
+  struct Gate {
+    std::mutex mu;
+    bool open = false;     // every prompt was submitted: deliver
+    bool refused = false;  // one was refused: drop everything
+    std::vector<std::pair<openai::ResponderOutput, serving::Timing>> held;
+  };
+  auto gate = std::make_shared<Gate>();
   auto handles = std::make_shared<std::vector<serving::RequestHandle>>();
   for (size_t i = 0; i < n; ++i) {
     serving::Submission sub = scheduler_.submit(
-        std::move(requests[i]), [exchange, responder, stream, headers, i](serving::StreamEvent&& e) {
-          deliver(*exchange, responder->onEvent(i, e), stream, e.timing, headers);
+        std::move(requests[i]), [exchange, responder, stream, headers, i, gate](serving::StreamEvent&& e) {
+          openai::ResponderOutput out = responder->onEvent(i, e);
+          std::lock_guard lock(gate->mu);
+          if (gate->refused) return;
+          if (gate->open) {
+            deliver(*exchange, std::move(out), stream, e.timing, headers);
+          } else {
+            gate->held.emplace_back(std::move(out), e.timing);
+          }
         });
     if (!sub) {
+      {
+        std::lock_guard lock(gate->mu);
+        gate->refused = true;
+        gate->held.clear();
+      }
       for (const serving::RequestHandle& h : *handles) h.cancel();
       return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message,
                                                                  parsed->params, options_.retry));
@@ -218,6 +244,10 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
     for (const serving::RequestHandle& h : *handles) h.cancel();
   });
   if (stream) exchange->startStream(200, headers);
+  std::lock_guard lock(gate->mu);
+  gate->open = true;
+  for (auto& [out, timing] : gate->held) deliver(*exchange, std::move(out), stream, timing, headers);
+  gate->held.clear();
 }
 
 // ------------------------------------------------------------------ responses
