@@ -105,9 +105,11 @@ std::optional<billing::Principal> Gateway::authenticate(Exchange& exchange) cons
   return std::nullopt;
 }
 
-bool Gateway::authenticateAdmin(Exchange& exchange) const {
+bool Gateway::authenticateAdmin(Exchange& exchange) const { return requireAdminKey(exchange, admin_); }
+
+bool requireAdminKey(Exchange& exchange, const billing::AdminKey& admin) {
   const auto header = exchange.request().headers.get("authorization");
-  if (header && admin_.matches(billing::bearerToken(*header))) return true;
+  if (header && admin.matches(billing::bearerToken(*header))) return true;
   openai::ApiError e = openai::invalidApiKey();
   e.message = "This endpoint needs the admin key as a Bearer token.";
   respondWithApiError(exchange, e);

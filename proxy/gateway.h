@@ -77,6 +77,10 @@ class Gateway {
   const billing::AdminKey& admin_;
 };
 
+// True when the request carries the admin key as its Bearer token;
+// otherwise answers 401 and returns false. For every admin route.
+bool requireAdminKey(Exchange& exchange, const billing::AdminKey& admin);
+
 // "queue;dur=1.2, cache;dur=0.3, prefill;dur=40.1, decode;dur=220.5" (milliseconds).
 std::string serverTiming(const serving::Timing& timing);
 

@@ -25,12 +25,15 @@
 #include <gtest/gtest.h>
 
 #include "billing/billing_db.h"
+#include "cache/cache_config.h"
 #include "cache/fingerprint.h"
+#include "config/config.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/presets.h"
 #include "proxy/health_routes.h"
 #include "proxy/http_server.h"
 #include "proxy/openai/chat_request.h"
+#include "proxy/shared_prefixes.h"
 #include "proxy/tls_material.h"
 #include "tests/proxy/test_client.h"
 #include "tests/support/subprocess.h"
@@ -126,6 +129,7 @@ HttpServerOptions defaultServer() {
 struct GatewaySetup {
   serving::SchedulerOptions scheduler = defaultScheduler();
   HttpServerOptions server = defaultServer();
+  SharedNamespaceGrants shared_namespaces;  // as cache.shared_namespaces: namespace -> teams
 };
 
 class GatewayTest : public ::testing::Test {
@@ -166,6 +170,13 @@ class GatewayTest : public ::testing::Test {
     auto cache = cache::PrefixCache::create(backend_->latentPool(), nullptr, cache::sha256("gateway test model"), {});
     ASSERT_TRUE(cache.isOk()) << cache.status().toString();
     cache_ = std::move(cache).value();
+    // The grants as serve makes them from the configuration.
+    Config config;
+    config.cache.shared_namespaces = setup.shared_namespaces;
+    ASSERT_TRUE(validateConfig(config).isOk());
+    auto grants = cache::sharedGrants(config);
+    ASSERT_TRUE(grants.isOk()) << grants.status().toString();
+    const auto team_namespaces = cache::applySharedGrants(*grants, *cache_);
     auto scheduler = serving::Scheduler::create(*backend_, cache_.get(), *suite_model->tokenizer, setup.scheduler);
     ASSERT_TRUE(scheduler.isOk()) << scheduler.status().toString();
     scheduler_ = std::move(scheduler).value();
@@ -194,10 +205,17 @@ class GatewayTest : public ::testing::Test {
     go.model_id = kModel;
     go.aliases = {"deepseek-chat", "deepseek-reasoner"};
     go.max_context = backend_->maxContext();
+    go.shared_namespaces = team_namespaces;
     encoder_ = std::make_unique<openai::PromptEncoder>(*suite_model->chat_template, *suite_model->tokenizer);
     gateway_ = std::make_unique<Gateway>(go, *scheduler_, *suite_model->tokenizer, *encoder_, *keys_, *admin_);
+    SharedPrefixOptions po;
+    po.model_id = kModel;
+    po.block_tokens = kBlockTokens;
+    for (const cache::SharedGrant& g : *grants) po.namespaces.push_back(g.shared);
+    publisher_ = std::make_unique<SharedPrefixPublisher>(po, *scheduler_, *cache_, *encoder_, *admin_);
     addHealthRoutes(router_, [] { return Readiness{true, ""}; });
     gateway_->addRoutes(router_);
+    publisher_->addRoutes(router_);
 
     HttpServerOptions so = setup.server;
     so.host = "127.0.0.1";
@@ -216,6 +234,7 @@ class GatewayTest : public ::testing::Test {
     // scheduler (its engine thread uses the backend and the cache).
     server_.reset();
     scheduler_.reset();
+    publisher_.reset();
     gateway_.reset();
     cache_.reset();
     backend_.reset();
@@ -345,6 +364,7 @@ class GatewayTest : public ::testing::Test {
   std::string key_;  // team-a's
   std::unique_ptr<openai::PromptEncoder> encoder_;
   std::unique_ptr<Gateway> gateway_;
+  std::unique_ptr<SharedPrefixPublisher> publisher_;
   Router router_;
   HttpServerOptions server_options_;
   std::unique_ptr<HttpServer> server_;
@@ -712,6 +732,84 @@ TEST_F(GatewayTest, AConnectionFloodIsShedWhileAGenerationStreams) {
   expectStreamCompletes(*stream, "the stream that ran meanwhile");
   flood.clear();
   expectServes("after the flood");
+}
+
+// cache.shared_namespaces end to end: the admin publishes a system prompt into
+// "company", granted to team-a only. team-a's first request with that system
+// prompt hits it; team-b (no grant) and team-c (granted another namespace)
+// compute it all. A token-id prompt published into "other" is hit by team-c.
+TEST_F(GatewayTest, AGrantedTeamHitsAPublishedSharedPrefixAndOthersDoNot) {
+  GatewaySetup setup;
+  setup.shared_namespaces = {{"company", {"team-a"}}, {"other", {"team-c"}}};
+  start(setup);
+  const std::string team_b = newKey("team-b");
+  const std::string team_c = newKey("team-c");
+  std::string system = "You are the assistant of a company. Follow these rules:";
+  for (int i = 0; i < 40; ++i) system += " rule " + std::to_string(i) + " is to be kind;";
+  auto publish = [&](const json& body, const std::string& key) {
+    return curl("POST", "/admin/shared-prefixes",
+                {"-H", "Authorization: Bearer " + key, "-H", "content-type: application/json", "--data-binary",
+                 body.dump()});
+  };
+  const json system_message = {{"role", "system"}, {"content", system}};
+  const Reply published = publish({{"namespace", "company"}, {"messages", {system_message}}}, admin_key_);
+  ASSERT_EQ(published.status, 200) << published.body;
+  const json p = json::parse(published.body);
+  EXPECT_EQ(p["object"], "shared_prefix");
+  EXPECT_EQ(p["namespace"], "company");
+  const int64_t shared_tokens = p["cached_tokens"];
+  EXPECT_GE(shared_tokens, 4 * kBlockTokens) << published.body;
+  EXPECT_EQ(shared_tokens % kBlockTokens, 0);
+  EXPECT_LE(shared_tokens, p["prompt_tokens"].get<int64_t>());
+
+  const json ask = {{"model", kModel},
+                    {"messages", {system_message, {{"role", "user"}, {"content", "What are the rules?"}}}},
+                    {"max_tokens", 2}};
+  auto cachedTokens = [](const Reply& r) -> int64_t {
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (r.status != 200) return -1;
+    return json::parse(r.body)["usage"]["prompt_tokens_details"]["cached_tokens"];
+  };
+  EXPECT_EQ(cachedTokens(chat(ask, team_b)), 0) << "team-b has no grant";
+  EXPECT_EQ(cachedTokens(chat(ask, team_c)), 0) << "team-c is granted another namespace";
+  const int64_t hit = cachedTokens(chat(ask, key_));
+  // Everything published up to the block where the two prompts part.
+  EXPECT_GE(hit, shared_tokens - kBlockTokens) << "team-a is granted company";
+  EXPECT_LE(hit, shared_tokens);
+
+  // A prompt of token ids, published into "other", read by team-c only.
+  std::vector<int> ids;
+  for (int i = 0; i < 5 * kBlockTokens; ++i) ids.push_back(1000 + 7 * i);
+  const Reply other = publish({{"namespace", "other"}, {"prompt", ids}}, admin_key_);
+  ASSERT_EQ(other.status, 200) << other.body;
+  EXPECT_EQ(json::parse(other.body)["cached_tokens"], 5 * kBlockTokens);
+  std::vector<int> longer = ids;
+  longer.insert(longer.end(), {5, 6, 7});
+  const json completion = {{"model", kModel}, {"prompt", longer}, {"max_tokens", 2}};
+  auto completionHit = [&](const std::string& key) -> int64_t {
+    const Reply r = post("/v1/completions", completion.dump(), key);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? json::parse(r.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>() : -1;
+  };
+  EXPECT_EQ(completionHit(key_), 0) << "team-a is not granted other";
+  EXPECT_EQ(completionHit(team_c), 5 * kBlockTokens);
+
+  // What the admin endpoint refuses.
+  expectError(publish({{"namespace", "company"}, {"messages", {system_message}}}, key_), 401, "invalid_request_error",
+              "invalid_api_key", std::nullopt, "a user key");
+  expectError(publish({{"namespace", "elsewhere"}, {"messages", {system_message}}}, admin_key_), 400,
+              "invalid_request_error", "invalid_value", "namespace", "a namespace not configured");
+  expectError(publish({{"messages", {system_message}}}, admin_key_), 400, "invalid_request_error",
+              "missing_required_parameter", "namespace", "no namespace");
+  expectError(publish({{"namespace", "company"}, {"messages", {system_message}}, {"prompt", "x"}}, admin_key_), 400,
+              "invalid_request_error", "invalid_value", "prompt", "both messages and prompt");
+  expectError(publish({{"namespace", "company"}}, admin_key_), 400, "invalid_request_error",
+              "missing_required_parameter", "messages", "neither messages nor prompt");
+  expectError(publish({{"namespace", "company"}, {"prompt", {1, 2, 3}}}, admin_key_), 400, "invalid_request_error",
+              "invalid_value", "prompt", "shorter than a block");
+  expectError(publish({{"namespace", "company"}, {"messages", "hi"}}, admin_key_), 400, "invalid_request_error",
+              "invalid_type", "messages", "bad messages");
+  expectServes("after publishing");
 }
 
 // A /v1/completions request whose second prompt the scheduler refuses, after
