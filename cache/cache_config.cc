@@ -1,5 +1,7 @@
 #include "cache/cache_config.h"
 
+#include <algorithm>
+
 namespace lg::cache {
 
 StoredDType storedDType(StoredDTypeSetting setting, engine::LatentDType pool) {
@@ -56,6 +58,33 @@ std::string secretPath(const Config& config, const std::string& store_path) {
   std::string base = store_path;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   return base + ".key";
+}
+
+Result<std::vector<SharedGrant>> sharedGrants(const Config& config) {
+  std::vector<SharedGrant> out;
+  for (const auto& [name, teams] : config.cache.shared_namespaces) {
+    LG_ASSIGN_OR_RETURN(SharedNamespace shared, SharedNamespace::named(name));
+    SharedGrant grant{std::move(shared), {}};
+    for (const std::string& team : teams) {
+      LG_ASSIGN_OR_RETURN(TeamNamespace ns, TeamNamespace::ofTeam(team));
+      grant.teams.push_back(std::move(ns));
+    }
+    out.push_back(std::move(grant));
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<SharedNamespace>> applySharedGrants(const std::vector<SharedGrant>& grants,
+                                                                     PrefixCache& cache) {
+  std::map<std::string, std::vector<SharedNamespace>> by_team;
+  for (const SharedGrant& grant : grants) {
+    for (const TeamNamespace& team : grant.teams) {
+      cache.grantShared(grant.shared, team);
+      std::vector<SharedNamespace>& named = by_team[std::string(team.id())];
+      if (std::find(named.begin(), named.end(), grant.shared) == named.end()) named.push_back(grant.shared);
+    }
+  }
+  return by_team;
 }
 
 }  // namespace lg::cache

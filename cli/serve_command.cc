@@ -33,6 +33,7 @@
 #include "proxy/response_store.h"
 #include "proxy/router.h"
 #include "proxy/server_config.h"
+#include "proxy/shared_prefixes.h"
 #include "proxy/tls_material.h"
 #include "serving/serving_config.h"
 #include "text/chat/chat_template.h"
@@ -121,6 +122,10 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   auto server_options = proxy::loadHttpServerOptions(config, &tls);
   if (!server_options.isOk()) return fail("server", server_options.status());
 
+  // cache.shared_namespaces: the cache lets each granted team read its
+  // shared namespaces, and the gateway names them in the team's lookups.
+  auto grants = cache::sharedGrants(config);
+  if (!grants.isOk()) return fail("cache.shared_namespaces", grants.status());
   proxy::GatewayOptions gateway_options;
   gateway_options.model_id = std::filesystem::path(model_dir).filename().string();
   gateway_options.aliases = {"deepseek-chat", "deepseek-reasoner"};
@@ -129,11 +134,25 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway_options.limits.default_max_tokens = config.server.default_max_tokens;
   gateway_options.rate_limits.per_key = {config.limits.key_requests_per_minute, config.limits.key_tokens_per_minute};
   gateway_options.rate_limits.per_team = {config.limits.team_requests_per_minute, config.limits.team_tokens_per_minute};
+  if (cache->index) gateway_options.shared_namespaces = cache::applySharedGrants(*grants, *cache->index);
   proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
   proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses);
+  // Publishing into a shared namespace needs the cache (cache.enabled).
+  std::unique_ptr<proxy::SharedPrefixPublisher> shared_prefixes;
+  if (cache->index) {
+    proxy::SharedPrefixOptions shared_prefix_options;
+    shared_prefix_options.model_id = gateway_options.model_id;
+    shared_prefix_options.block_tokens = config.cache.block_tokens;
+    shared_prefix_options.limits = gateway_options.limits;
+    shared_prefix_options.retry = gateway_options.retry;
+    for (const cache::SharedGrant& g : *grants) shared_prefix_options.namespaces.push_back(g.shared);
+    shared_prefixes = std::make_unique<proxy::SharedPrefixPublisher>(shared_prefix_options, **scheduler, *cache->index,
+                                                                      encoder, *admin);
+  }
   proxy::Router router;
   proxy::addHealthRoutes(router, [] { return proxy::Readiness{true, ""}; });
   gateway.addRoutes(router);
+  if (shared_prefixes) shared_prefixes->addRoutes(router);
   auto server = proxy::HttpServer::start(*server_options, router.handler());
   if (!server.isOk()) return fail("server", server.status());
 
@@ -151,6 +170,12 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
     std::cout << "  the admin key is in " << admin_path << "\n";
   } else {
     std::cout << "  the admin key is LATENTGATE_ADMIN_KEY\n";
+  }
+  for (const cache::SharedGrant& g : cache->index ? *grants : std::vector<cache::SharedGrant>{}) {
+    std::string teams;
+    for (const cache::TeamNamespace& t : g.teams) teams += (teams.empty() ? "" : ", ") + std::string(t.id());
+    std::cout << "  shared cache namespace " << g.shared.name() << " (read by " << (teams.empty() ? "no team" : teams)
+              << "): publish a prefix into it with POST /admin/shared-prefixes\n";
   }
   const std::string cacert = tls_on && !tls.ca_cert_path.empty() ? " --cacert " + tls.ca_cert_path : "";
   std::cout << "Make an API key, then call the API:\n"

@@ -21,7 +21,8 @@ namespace {
 
 using json = nlohmann::json;
 using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, LatentDTypeSetting*,
-                              PrefillAttentionSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*>;
+                              PrefillAttentionSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*,
+                              SharedNamespaceGrants*>;
 
 // The names of each enum setting, indexed by the enumerator's value: the one
 // list that parsing, validation messages and `config show` use.
@@ -90,6 +91,7 @@ const std::array kFields = {
     LG_FIELD("cache.io_threads", cache.io_threads),
     LG_FIELD("cache.fingerprint", cache.fingerprint),
     LG_FIELD("cache.identity_check_seconds", cache.identity_check_seconds),
+    LG_FIELD("cache.shared_namespaces", cache.shared_namespaces),
     LG_FIELD("serving.step_tokens", serving.step_tokens),
     LG_FIELD("serving.max_running", serving.max_running),
     LG_FIELD("serving.max_queued", serving.max_queued),
@@ -188,6 +190,33 @@ std::string_view enumName(E value) {
   return enumNames(value)[static_cast<size_t>(value)];
 }
 
+// {"namespace": ["team", ...], ...}. Whether the names are valid is
+// validateConfig's part.
+Status parseGrants(const std::string& path, const json& value, SharedNamespaceGrants& out) {
+  const std::string expected = R"(expected an object of lists of team ids, {"shared-name": ["team-a", ...]}, got )";
+  if (!value.is_object()) return invalidArgument(path + ": " + expected + value.dump());
+  SharedNamespaceGrants grants;
+  for (const auto& [name, teams] : value.items()) {
+    if (!teams.is_array()) return invalidArgument(path + "." + name + ": " + expected + teams.dump());
+    std::vector<std::string>& list = grants[name];
+    for (const json& team : teams) {
+      if (!team.is_string()) return invalidArgument(path + "." + name + ": expected team ids (strings), got " + team.dump());
+      list.push_back(team.get<std::string>());
+    }
+  }
+  out = std::move(grants);
+  return Status::ok();
+}
+
+// What the cache's namespace names and team ids allow (cache/namespace.h;
+// config/ cannot depend on cache/).
+bool validNamespaceName(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
 Status setFromString(const Field& field, const std::string& value, Config& config) {
   const std::string path(field.path);
   return std::visit(
@@ -202,6 +231,11 @@ Status setFromString(const Field& field, const std::string& value, Config& confi
           return parseInt64(path, value, *target);
         } else if constexpr (std::is_same_v<T, bool>) {
           return parseBool(path, value, *target);
+        } else if constexpr (std::is_same_v<T, SharedNamespaceGrants>) {
+          // In the environment or a flag: the same JSON object as in a file.
+          const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+          if (parsed.is_discarded()) return invalidArgument(path + ": expected a JSON object, got " + quoteValue(value));
+          return parseGrants(path, parsed, *target);
         } else {
           return parseEnum(path, value, *target);
         }
@@ -237,6 +271,7 @@ Status setFromJson(const Field& field, const json& value, Config& config) {
     **b = value.get<bool>();
     return Status::ok();
   }
+  if (auto* g = std::get_if<SharedNamespaceGrants*>(&ref)) return parseGrants(path, value, **g);
   if (!value.is_string()) return invalidArgument(path + ": expected a string, got " + value.dump());
   return setFromString(field, value.get<std::string>(), config);
 }
@@ -382,6 +417,18 @@ Status validateConfig(const Config& c) {
   if (c.cache.identity_check_seconds < 1 || c.cache.identity_check_seconds > 3600) {
     return invalidArgument("cache.identity_check_seconds: expected 1..3600, got " +
                            std::to_string(c.cache.identity_check_seconds));
+  }
+  for (const auto& [name, teams] : c.cache.shared_namespaces) {
+    if (!validNamespaceName(name)) {
+      return invalidArgument("cache.shared_namespaces: " + quoteValue(name) +
+                             " is not a namespace name (1..128 of A-Z a-z 0-9 . _ -)");
+    }
+    for (const std::string& team : teams) {
+      if (!validNamespaceName(team)) {
+        return invalidArgument("cache.shared_namespaces." + name + ": " + quoteValue(team) +
+                               " is not a team id (1..128 of A-Z a-z 0-9 . _ -)");
+      }
+    }
   }
   const ServingOptions& sv = c.serving;
   if (sv.max_running < 1 || sv.max_running > 4096) {

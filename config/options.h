@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "common/log_options.h"
 
@@ -59,6 +61,11 @@ enum class RestorePolicySetting : uint8_t { kAuto, kAlways, kNever };
 // restarts) or every byte (cache/model_fingerprint.h says what each notices).
 enum class FingerprintSetting : uint8_t { kSampled, kFull };
 
+// Shared cache namespaces (cache/namespace.h) and the teams granted each:
+// {"company": ["team-a", "team-b"]}. Names and team ids follow the team-id
+// rule (1..128 of [A-Za-z0-9._-]).
+using SharedNamespaceGrants = std::map<std::string, std::vector<std::string>>;
+
 // The prefix cache (cache/, docs/cache.md). Sizes are bytes; in a file or
 // the environment they may carry a binary suffix ("8GiB", "512MiB").
 struct CacheOptions {
@@ -79,6 +86,9 @@ struct CacheOptions {
   int io_threads = 0;                             // restore threads; 0: one per core, at most 4
   FingerprintSetting fingerprint = FingerprintSetting::kSampled;  // sampled or full
   int identity_check_seconds = 10;                // how often the weight files are compared with those loaded
+  // An admin publishes a prefix into a shared namespace on purpose (POST
+  // /admin/shared-prefixes); the requests of the teams granted it read it.
+  SharedNamespaceGrants shared_namespaces;
 };
 
 // The scheduler (serving/, docs/serving.md): what one engine step holds and

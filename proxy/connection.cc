@@ -342,9 +342,9 @@ class Connection final : public ConnectionBase {
         phase_ = Phase::kResponding;
         setDeadline(Deadline::kWrite, Clock::now() + server_.options.write_timeout);
         close_after_ = true;
-        const OpenAiError e = responseTimeoutError();
-        const std::string body = openAiErrorBody(e);
-        writeHead(e.status, openAiErrorHeaders(e), body.size());
+        const ApiError e = responseTimeoutError();
+        const std::string body = apiErrorBody(e);
+        writeHead(e.http_status, apiErrorHeaders(e), body.size());
         if (!head_request_) queue(body);
         return flush();
       }
@@ -399,7 +399,13 @@ class Connection final : public ConnectionBase {
     const size_t cap = bufferCap();
     if (buffer_.size() >= cap) return;  // resumes once the buffer is consumed
     reading_ = true;
-    stream_.async_read_some(buffer_.prepare(std::min(kReadChunk, cap - buffer_.size())),
+    // Into a buffer of its own, not into buffer_.prepare(): the read stays
+    // pending while a request is handled, and a pipelined request parsed
+    // meanwhile (finishResponse) consumes buffer_, which invalidates a
+    // prepared region: the bytes would land where buffer_ no longer reads,
+    // and the next request would be parsed from stale bytes.
+    if (!read_chunk_) read_chunk_ = std::make_unique<char[]>(kReadChunk);
+    stream_.async_read_some(net::buffer(read_chunk_.get(), std::min(kReadChunk, cap - buffer_.size())),
                             [self = self()](const ErrorCode& ec, size_t n) { self->onRead(ec, n); });
   }
 
@@ -407,6 +413,7 @@ class Connection final : public ConnectionBase {
     reading_ = false;
     if (phase_ == Phase::kClosed) return;
     if (ec) return onReadError(ec);
+    std::memcpy(buffer_.prepare(n).data(), read_chunk_.get(), n);
     buffer_.commit(n);
     if (phase_ == Phase::kLingering) {
       buffer_.consume(buffer_.size());
@@ -461,8 +468,8 @@ class Connection final : public ConnectionBase {
           case 413: return rejectRequest(bodyTooLargeError(static_cast<int64_t>(server_.options.limits.max_body_bytes)));
           case 431: return rejectRequest(headersTooLargeError(static_cast<int64_t>(server_.options.limits.max_header_bytes)));
           case 505: {
-            OpenAiError e = badRequestError("Only HTTP/1.0 and HTTP/1.1 are supported");
-            e.status = 505;
+            ApiError e = badRequestError("Only HTTP/1.0 and HTTP/1.1 are supported");
+            e.http_status = 505;
             e.code = "http_version_not_supported";
             return rejectRequest(e);
           }
@@ -474,7 +481,7 @@ class Connection final : public ConnectionBase {
 
   // The server's own answer to a request it will not hand over (bad, too
   // large, too slow); the connection ends after it.
-  void rejectRequest(const OpenAiError& error) {
+  void rejectRequest(const ApiError& error) {
     server_.counters.rejected.fetch_add(1);
     phase_ = Phase::kResponding;
     // A connection being ended gets little time: these clients are the
@@ -482,8 +489,8 @@ class Connection final : public ConnectionBase {
     setDeadline(Deadline::kWrite, Clock::now() + std::min(server_.options.write_timeout, server_.options.linger_timeout));
     close_after_ = true;
     request_id_ = newRequestId();
-    const std::string body = openAiErrorBody(error);
-    writeHead(error.status, openAiErrorHeaders(error), body.size());
+    const std::string body = apiErrorBody(error);
+    writeHead(error.http_status, apiErrorHeaders(error), body.size());
     queue(body);
     flush();
   }
@@ -508,10 +515,10 @@ class Connection final : public ConnectionBase {
       server_.handler(exchange->request(), exchange);
     } catch (const std::exception& e) {
       proxyLog()->error("{}: the handler threw: {}", exchange->request().id, e.what());
-      respondWithError(*exchange, internalServerError());
+      respondWithApiError(*exchange, internalServerError());
     } catch (...) {
       proxyLog()->error("{}: the handler threw", exchange->request().id);
-      respondWithError(*exchange, internalServerError());
+      respondWithApiError(*exchange, internalServerError());
     }
   }
 
@@ -642,7 +649,8 @@ class Connection final : public ConnectionBase {
   uint64_t deadline_generation_ = 0;
   Clock::time_point accepted_at_;
 
-  boost::beast::flat_buffer buffer_;
+  boost::beast::flat_buffer buffer_;    // received, not parsed yet
+  std::unique_ptr<char[]> read_chunk_;  // what the pending read writes into (see maybeRead)
   bool reading_ = false;
   std::unique_ptr<RequestParser> parser_;
   bool request_started_ = false;  // a byte of the current request arrived

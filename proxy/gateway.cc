@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -70,13 +72,6 @@ void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const
 
 }  // namespace
 
-void respondWithApiError(Exchange& exchange, const openai::ApiError& error, const HttpHeaders& extra) {
-  HttpHeaders headers = extra;
-  headers.add("content-type", "application/json");
-  if (error.retry_after_s > 0) headers.add("retry-after", std::to_string(error.retry_after_s));
-  exchange.respond(error.http_status, std::move(headers), openai::apiErrorJson(error).dump(-1, ' ', false, json::error_handler_t::replace));
-}
-
 std::string serverTiming(const serving::Timing& t) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
@@ -120,9 +115,11 @@ std::optional<billing::Principal> Gateway::authenticate(Exchange& exchange) cons
   return std::nullopt;
 }
 
-bool Gateway::authenticateAdmin(Exchange& exchange) const {
+bool Gateway::authenticateAdmin(Exchange& exchange) const { return requireAdminKey(exchange, admin_); }
+
+bool requireAdminKey(Exchange& exchange, const billing::AdminKey& admin) {
   const auto header = exchange.request().headers.get("authorization");
-  if (header && admin_.matches(billing::bearerToken(*header))) return true;
+  if (header && admin.matches(billing::bearerToken(*header))) return true;
   openai::ApiError e = openai::invalidApiKey();
   e.message = "This endpoint needs the admin key as a Bearer token.";
   respondWithApiError(exchange, e);
@@ -249,17 +246,42 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   int64_t unsubmitted = 0;
   for (int64_t r : reserved) unsubmitted += r;
   if (!admitRate(*exchange, *who, unsubmitted, headers)) return;
+  // Holds what the prompts' sinks produce until every prompt is submitted:
+  // a later prompt's refusal must be the whole response, and an earlier
+  // prompt's events (its chunks, its cancellation) would otherwise reach the
+  // exchange after that refusal (the engine thread's calls are posted behind
+  // the handler's), which closes the connection as a misuse.
+  struct Gate {
+    std::mutex mu;
+    bool open = false;     // every prompt was submitted: deliver
+    bool refused = false;  // one was refused: drop everything
+    std::vector<std::pair<openai::ResponderOutput, serving::Timing>> held;
+  };
+  auto gate = std::make_shared<Gate>();
   auto handles = std::make_shared<std::vector<serving::RequestHandle>>();
   for (size_t i = 0; i < n; ++i) {
     serving::Submission sub = scheduler_.submit(
-        std::move(requests[i]), [this, exchange, responder, stream, headers, i, key = who->key_id, team = who->team,
-                                 reserved = reserved[i]](serving::StreamEvent&& e) {
+        std::move(requests[i]), [this, exchange, responder, stream, headers, i, gate, key = who->key_id,
+                                 team = who->team, reserved = reserved[i]](serving::StreamEvent&& e) {
+          // Outside the gate: refused and cancelled prompts give back their share too.
           if (e.final) rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
-          deliver(*exchange, responder->onEvent(i, e), stream, e.timing, headers);
+          openai::ResponderOutput out = responder->onEvent(i, e);
+          std::lock_guard lock(gate->mu);
+          if (gate->refused) return;
+          if (gate->open) {
+            deliver(*exchange, std::move(out), stream, e.timing, headers);
+          } else {
+            gate->held.emplace_back(std::move(out), e.timing);
+          }
         });
     if (!sub) {
       // Those already submitted give back their share when their cancellation ends them.
       rate_limiter_.settle(who->key_id, who->team, unsubmitted, 0);
+      {
+        std::lock_guard lock(gate->mu);
+        gate->refused = true;
+        gate->held.clear();
+      }
       for (const serving::RequestHandle& h : *handles) h.cancel();
       return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message,
                                                                  parsed->params, options_.retry));
@@ -271,6 +293,10 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
     for (const serving::RequestHandle& h : *handles) h.cancel();
   });
   if (stream) exchange->startStream(200, headers);
+  std::lock_guard lock(gate->mu);
+  gate->open = true;
+  for (auto& [out, timing] : gate->held) deliver(*exchange, std::move(out), stream, timing, headers);
+  gate->held.clear();
 }
 
 // ------------------------------------------------------------------ responses

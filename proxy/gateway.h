@@ -27,6 +27,7 @@
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/prompt_encoder.h"
 #include "proxy/openai/request_types.h"
+#include "proxy/openai_error.h"  // respondWithApiError
 #include "proxy/response_store.h"
 #include "proxy/router.h"
 #include "serving/scheduler.h"
@@ -96,8 +97,9 @@ class Gateway {
   billing::RateLimiter rate_limiter_;
 };
 
-// The client's error as an HTTP response (status, OpenAI error JSON, Retry-After, extra headers).
-void respondWithApiError(Exchange& exchange, const openai::ApiError& error, const HttpHeaders& extra = {});
+// True when the request carries the admin key as its Bearer token;
+// otherwise answers 401 and returns false. For every admin route.
+bool requireAdminKey(Exchange& exchange, const billing::AdminKey& admin);
 
 // "queue;dur=1.200, cache;dur=0.300, prefill;dur=40.100, ttft;dur=41.700,
 // decode;dur=220.500, total;dur=262.200" (milliseconds; total: submit to the

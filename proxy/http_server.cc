@@ -69,7 +69,7 @@ void HttpServer::State::onAccept(const ErrorCode& ec, tcp::socket socket) {
     // spend the CPU the cap protects; plain HTTP gets one, best effort.
     counters.refused.fetch_add(1);
     if (options.plain_http) {
-      static const std::string kBody = openAiErrorBody(overloadedError(1));
+      static const std::string kBody = apiErrorBody(overloadedError(1));
       const std::string busy =
           "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
           "x-request-id: " + newRequestId() + "\r\nconnection: close\r\ncontent-length: " +

@@ -1,7 +1,5 @@
 #include "proxy/openai_error.h"
 
-#include <nlohmann/json.hpp>
-
 namespace lg::proxy {
 namespace {
 
@@ -11,9 +9,9 @@ std::string quoted(std::string_view text, size_t max = 200) {
   return std::string(text.substr(0, max)) + "...";
 }
 
-OpenAiError make(int status, std::string type, std::string code, std::string message) {
-  OpenAiError e;
-  e.status = status;
+ApiError make(int status, std::string type, std::string code, std::string message) {
+  ApiError e;
+  e.http_status = status;
   e.type = std::move(type);
   e.code = std::move(code);
   e.message = std::move(message);
@@ -22,69 +20,57 @@ OpenAiError make(int status, std::string type, std::string code, std::string mes
 
 }  // namespace
 
-std::string openAiErrorBody(const OpenAiError& error) {
-  // Ordered as OpenAI orders it, for clients and people that read it raw.
-  using json = nlohmann::ordered_json;
-  json inner = {
-      {"message", error.message},
-      {"type", error.type},
-      {"param", error.param.empty() ? json(nullptr) : json(error.param)},
-      {"code", error.code.empty() ? json(nullptr) : json(error.code)},
-  };
-  return json{{"error", std::move(inner)}}.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-HttpHeaders openAiErrorHeaders(const OpenAiError& error) {
+HttpHeaders apiErrorHeaders(const ApiError& error) {
   HttpHeaders headers{{"content-type", "application/json"}};
-  if (error.retry_after_seconds > 0) headers.add("retry-after", std::to_string(error.retry_after_seconds));
+  if (error.retry_after_s > 0) headers.add("retry-after", std::to_string(error.retry_after_s));
   return headers;
 }
 
-void respondWithError(Exchange& exchange, const OpenAiError& error, HttpHeaders extra) {
-  HttpHeaders headers = openAiErrorHeaders(error);
+void respondWithApiError(Exchange& exchange, const ApiError& error, HttpHeaders extra) {
+  HttpHeaders headers = apiErrorHeaders(error);
   for (auto& [name, value] : extra.fields()) headers.add(name, value);
-  exchange.respond(error.status, std::move(headers), openAiErrorBody(error));
+  exchange.respond(error.http_status, std::move(headers), apiErrorBody(error));
 }
 
-OpenAiError badRequestError(std::string message) {
+ApiError badRequestError(std::string message) {
   return make(400, "invalid_request_error", "", std::move(message));
 }
 
-OpenAiError unknownUrlError(std::string_view method, std::string_view path) {
+ApiError unknownUrlError(std::string_view method, std::string_view path) {
   // OpenAI's own wording and a null code, so clients that match on it work.
   return make(404, "invalid_request_error", "", "Invalid URL (" + quoted(method, 20) + " " + quoted(path) + ")");
 }
 
-OpenAiError methodNotAllowedError(std::string_view method, std::string_view path) {
+ApiError methodNotAllowedError(std::string_view method, std::string_view path) {
   return make(405, "invalid_request_error", "method_not_allowed",
               "Method " + quoted(method, 20) + " is not allowed for " + quoted(path));
 }
 
-OpenAiError requestTimeoutError() {
+ApiError requestTimeoutError() {
   return make(408, "invalid_request_error", "request_timeout", "The request was not received in time");
 }
 
-OpenAiError bodyTooLargeError(int64_t max_body_bytes) {
+ApiError bodyTooLargeError(int64_t max_body_bytes) {
   return make(413, "invalid_request_error", "request_too_large",
               "The request body is larger than " + std::to_string(max_body_bytes) + " bytes");
 }
 
-OpenAiError headersTooLargeError(int64_t max_header_bytes) {
+ApiError headersTooLargeError(int64_t max_header_bytes) {
   return make(431, "invalid_request_error", "request_header_fields_too_large",
               "The request header is larger than " + std::to_string(max_header_bytes) + " bytes");
 }
 
-OpenAiError internalServerError() {
+ApiError internalServerError() {
   return make(500, "server_error", "", "The server had an error while processing your request");
 }
 
-OpenAiError overloadedError(int retry_after_seconds) {
-  OpenAiError e = make(503, "server_error", "server_overloaded", "The server is overloaded; retry later");
-  e.retry_after_seconds = retry_after_seconds;
+ApiError overloadedError(int retry_after_seconds) {
+  ApiError e = make(503, "server_error", "server_overloaded", "The server is overloaded; retry later");
+  e.retry_after_s = retry_after_seconds;
   return e;
 }
 
-OpenAiError responseTimeoutError() {
+ApiError responseTimeoutError() {
   return make(504, "server_error", "timeout", "The response was not ready within the request timeout");
 }
 

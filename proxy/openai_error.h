@@ -1,47 +1,32 @@
-// OpenAI-style error responses: {"error": {"message", "type", "param", "code"}}.
-//
-// The one place that formats them, for the server's own errors (bad HTTP,
-// 413, 431, 408, 404, 405) and for the endpoints' (validation, auth, rate
-// limits). The message is what the client reads: it names the client's own
-// input (a field, a limit, a path) and never internals (exception text, file
-// paths, other tenants); log those instead.
+// The server's own errors as ApiErrors (proxy/api_error.h), and responding
+// with any ApiError: the server's (bad HTTP, 404, 405, 408, 413, 431, 503,
+// 504) and the endpoints' (validation, authentication, rate limits).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "proxy/api_error.h"
 #include "proxy/exchange.h"
 #include "proxy/http_message.h"
 
 namespace lg::proxy {
 
-struct OpenAiError {
-  int status = 500;
-  std::string type = "server_error";  // invalid_request_error, authentication_error, rate_limit_error, server_error...
-  std::string code;                   // machine-readable; empty: null
-  std::string message;
-  std::string param;                  // the request field at fault; empty: null
-  int retry_after_seconds = 0;        // > 0: a Retry-After header (429, 503)
-};
-
-// The JSON body. Invalid UTF-8 in the message (a client's path, say) is
-// replaced, never a reason to fail.
-std::string openAiErrorBody(const OpenAiError& error);
 // content-type: application/json, and Retry-After when set.
-HttpHeaders openAiErrorHeaders(const OpenAiError& error);
+HttpHeaders apiErrorHeaders(const ApiError& error);
 // Responds with the error; `extra` headers are added (Allow for a 405).
-void respondWithError(Exchange& exchange, const OpenAiError& error, HttpHeaders extra = {});
+void respondWithApiError(Exchange& exchange, const ApiError& error, HttpHeaders extra = {});
 
 // The server's own errors.
-OpenAiError badRequestError(std::string message);                            // 400
-OpenAiError unknownUrlError(std::string_view method, std::string_view path);  // 404, as OpenAI words it
-OpenAiError methodNotAllowedError(std::string_view method, std::string_view path);  // 405
-OpenAiError requestTimeoutError();                                           // 408: the request came too slowly
-OpenAiError bodyTooLargeError(int64_t max_body_bytes);                       // 413
-OpenAiError headersTooLargeError(int64_t max_header_bytes);                  // 431
-OpenAiError internalServerError();                                           // 500, says nothing more
-OpenAiError overloadedError(int retry_after_seconds);                        // 503
-OpenAiError responseTimeoutError();                                          // 504: no response within the request timeout
+ApiError badRequestError(std::string message);                                  // 400
+ApiError unknownUrlError(std::string_view method, std::string_view path);        // 404, as OpenAI words it
+ApiError methodNotAllowedError(std::string_view method, std::string_view path);  // 405
+ApiError requestTimeoutError();                                                 // 408: the request came too slowly
+ApiError bodyTooLargeError(int64_t max_body_bytes);                             // 413
+ApiError headersTooLargeError(int64_t max_header_bytes);                        // 431
+ApiError internalServerError();                                                 // 500, says nothing more
+ApiError overloadedError(int retry_after_seconds);                              // 503
+ApiError responseTimeoutError();                                                // 504: no response within the request timeout
 
 }  // namespace lg::proxy

@@ -26,14 +26,14 @@ void Router::handle(const HttpRequest& request, std::shared_ptr<Exchange> exchan
       best_rank = rank;
     }
   }
-  if (best == nullptr) return respondWithError(*exchange, unknownUrlError(request.method, request.path));
+  if (best == nullptr) return respondWithApiError(*exchange, unknownUrlError(request.method, request.path));
   std::string allow;
   for (const Route& r : routes_) {
     if (r.prefix != best->prefix || r.path != best->path) continue;
     if (r.method == request.method) return r.handler(request, std::move(exchange));
     allow += (allow.empty() ? "" : ", ") + r.method;
   }
-  respondWithError(*exchange, methodNotAllowedError(request.method, request.path), HttpHeaders{{"allow", allow}});
+  respondWithApiError(*exchange, methodNotAllowedError(request.method, request.path), HttpHeaders{{"allow", allow}});
 }
 
 Handler Router::handler() const {

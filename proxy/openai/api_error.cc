@@ -1,19 +1,6 @@
 #include "proxy/openai/api_error.h"
 
-#include <nlohmann/json.hpp>
-
 namespace lg::proxy::openai {
-
-using nlohmann::json;
-
-json apiErrorJson(const ApiError& error) {
-  json e = json::object();
-  e["message"] = error.message;
-  e["type"] = error.type;
-  e["param"] = error.param.empty() ? json(nullptr) : json(error.param);
-  e["code"] = error.code.empty() ? json(nullptr) : json(error.code);
-  return json{{"error", std::move(e)}};
-}
 
 ApiError invalidRequest(std::string param, std::string code, std::string message) {
   return ApiError{400, "invalid_request_error", std::move(code), std::move(param), std::move(message), 0};

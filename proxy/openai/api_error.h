@@ -1,12 +1,9 @@
-// ApiError: what the OpenAI schema layer reports to a client when a request
-// cannot be served, in OpenAI's error shape
-//   {"error": {"message", "type", "param", "code"}}
-// with the HTTP status to send. Messages are written for the client: they
-// name the parameter and the values, never exception text, prompt text or
-// the server's internals.
-//
-// ApiResult<T> is the value-or-ApiError that every parse and render function
-// of proxy/openai returns (no exceptions leave this layer).
+// The schema layer's errors: the constructors of the ApiErrors
+// (proxy/api_error.h) that parsing, prompt encoding and scheduler refusals
+// report, and ApiResult<T>, the value-or-ApiError that every parse and render
+// function of proxy/openai returns (no exceptions leave this layer).
+// Messages name the parameter and the values, never exception text, prompt
+// text or the server's internals.
 #pragma once
 
 #include <cassert>
@@ -17,27 +14,13 @@
 #include <utility>
 #include <variant>
 
-#include <nlohmann/json_fwd.hpp>
-
+#include "proxy/api_error.h"
 #include "serving/events.h"
 #include "serving/request.h"
 
 namespace lg::proxy::openai {
 
-struct ApiError {
-  int http_status = 400;
-  std::string type = "invalid_request_error";  // "invalid_request_error", "authentication_error", "rate_limit_error", "server_error", ...
-  std::string code;                            // "context_length_exceeded", "invalid_type", ...; empty: null
-  std::string param;                           // "messages[2].content", ...; empty: null
-  std::string message;
-  // Seconds a client should wait before retrying (the Retry-After header);
-  // 0: no header. Set on 429 and 503.
-  int32_t retry_after_s = 0;
-};
-
-// {"error": {"message", "type", "param", "code"}}: the body of an error
-// response, and the payload of a mid-stream error chunk.
-nlohmann::json apiErrorJson(const ApiError& error);
+using proxy::ApiError;  // one error type for the server and this layer
 
 // 400 invalid_request_error naming `param`. Codes follow OpenAI's:
 // "invalid_type", "invalid_value", "missing_required_parameter",

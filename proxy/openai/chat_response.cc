@@ -131,7 +131,7 @@ ResponderOutput ChatResponder::finish(const serving::StreamEvent& event) {
   out.done = true;
   if (std::optional<ApiError> error = finalEventError(event, o_.params, o_.retry)) {
     if (o_.stream) {
-      out.body = sseData(apiErrorJson(*error));
+      out.body = sseErrorData(*error);
       out.body += kSseDone;
     }
     out.error = std::move(error);

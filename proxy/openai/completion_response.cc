@@ -48,7 +48,7 @@ ResponderOutput CompletionResponder::onEvent(size_t index, const serving::Stream
       done_ = true;
       out.done = true;
       if (o_.stream) {
-        out.body = sseData(apiErrorJson(*error));
+        out.body = sseErrorData(*error);
         out.body += kSseDone;
       }
       out.error = std::move(error);

@@ -24,4 +24,11 @@ std::string sseEvent(std::string_view event, const nlohmann::json& value) {
   return out;
 }
 
+std::string sseErrorData(const ApiError& error) {
+  std::string out = "data: ";
+  out.append(apiErrorBody(error));
+  out.append("\n\n");
+  return out;
+}
+
 }  // namespace lg::proxy::openai

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "proxy/api_error.h"
+
 namespace lg::proxy::openai {
 
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
@@ -22,5 +24,7 @@ std::string jsonText(const nlohmann::json& value);
 
 std::string sseData(const nlohmann::json& value);                           // "data: {...}\n\n"
 std::string sseEvent(std::string_view event, const nlohmann::json& value);  // "event: E\ndata: {...}\n\n"
+// A failed chat or completions stream's last data chunk (before [DONE]): "data: {"error": {...}}\n\n".
+std::string sseErrorData(const ApiError& error);
 
 }  // namespace lg::proxy::openai

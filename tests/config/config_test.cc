@@ -253,3 +253,60 @@ TEST(ConfigTest, StoredResponsesExpireAfterThirtyDaysUnlessConfigured) {
 
 }  // namespace
 }  // namespace lg
+
+namespace lg {
+namespace {
+
+TEST(ConfigTest, SharedNamespacesMapANamespaceToTheTeamsGrantedIt) {
+  Config c;
+  EXPECT_TRUE(c.cache.shared_namespaces.empty());
+  ASSERT_TRUE(applyConfigText(R"({"cache": {"shared_namespaces": {"company": ["team-a", "team-b"], "ops": []}}})", "f",
+                              c)
+                  .isOk());
+  const SharedNamespaceGrants expected = {{"company", {"team-a", "team-b"}}, {"ops", {}}};
+  EXPECT_EQ(c.cache.shared_namespaces, expected);
+  EXPECT_TRUE(validateConfig(c).isOk());
+
+  // The environment and flags take the same JSON object; the later source replaces it whole.
+  ConfigSources sources;
+  sources.environment = {{"LATENTGATE_CACHE_SHARED_NAMESPACES", R"({"company": ["team-c"]})"}};
+  auto loaded = loadConfig(sources);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().toString();
+  EXPECT_EQ(loaded->cache.shared_namespaces, (SharedNamespaceGrants{{"company", {"team-c"}}}));
+  sources.flags = {{"cache.shared_namespaces", "{}"}};
+  loaded = loadConfig(sources);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().toString();
+  EXPECT_TRUE(loaded->cache.shared_namespaces.empty());
+
+  // Printed as the object it was given, and read back.
+  const std::string shown = configToJson(c);
+  EXPECT_NE(shown.find("\"shared_namespaces\": {"), std::string::npos) << shown;
+  Config back;
+  ASSERT_TRUE(applyConfigText(shown, "dump", back).isOk());
+  EXPECT_EQ(back.cache.shared_namespaces, expected);
+
+  // Wrong shapes and names are errors naming the field and the value.
+  for (const char* bad : {R"(["team-a"])", R"({"company": "team-a"})", R"({"company": [7]})"}) {
+    Config d;
+    Status s = applyConfigText(std::string(R"({"cache": {"shared_namespaces": )") + bad + "}}", "f", d);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("cache.shared_namespaces"), std::string::npos) << s.message();
+  }
+  sources = {};
+  sources.environment = {{"LATENTGATE_CACHE_SHARED_NAMESPACES", "company=team-a"}};
+  auto bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("company=team-a"), std::string::npos) << bad.status().message();
+  for (const SharedNamespaceGrants& grants :
+       {SharedNamespaceGrants{{"has space", {"team-a"}}}, SharedNamespaceGrants{{"company", {"team/a"}}},
+        SharedNamespaceGrants{{"", {"team-a"}}}, SharedNamespaceGrants{{"company", {std::string(129, 't')}}}}) {
+    Config d;
+    d.cache.shared_namespaces = grants;
+    Status s = validateConfig(d);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("cache.shared_namespaces"), std::string::npos) << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace lg

@@ -71,7 +71,7 @@ void checkRequest(const HttpRequest& r, const ParserLimits& limits) {
     check(r.headers.get(name).has_value());
   }
   // What the server would answer for an unknown path: valid JSON, whatever the bytes.
-  const std::string body = lg::proxy::openAiErrorBody(lg::proxy::unknownUrlError(r.method, r.path));
+  const std::string body = lg::proxy::apiErrorBody(lg::proxy::unknownUrlError(r.method, r.path));
   check(nlohmann::json::accept(body));
 }
 

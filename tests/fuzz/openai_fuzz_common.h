@@ -44,7 +44,7 @@ inline const Model& model() {
 // An error must name a status and carry a message; it must serialize.
 inline void checkError(const ApiError& e) {
   if (e.http_status < 400 || e.http_status > 599 || e.message.empty() || e.type.empty()) std::abort();
-  (void)jsonText(apiErrorJson(e));
+  (void)apiErrorBody(e);
 }
 
 // Every SSE body a responder writes must parse back as JSON, event by event;

@@ -272,6 +272,42 @@ TEST_F(HttpServerTest, KeepAliveServesTwoRequestsOnOneConnection) {
   EXPECT_EQ(server_->stats().requests, 2u);
 }
 
+// A request that arrives while the previous response is still being written
+// waits in the buffer, with a read pending meanwhile, and is parsed once the
+// response is done. The gateway's tests found the request after it parsed
+// from stale bytes: parsing the waiting one consumed the buffer under the
+// pending read, whose bytes then landed where the buffer no longer read.
+// Here request 2 is sent while an 8 MiB response is being written (the
+// client does not read it yet), and request 3 after both answers: each
+// echo must come back whole.
+TEST_F(HttpServerTest, ARequestAfterOneThatWaitedForAResponseIsParsedWhole) {
+  router_.add("GET", "/big", [](const HttpRequest&, std::shared_ptr<Exchange> ex) {
+    ex->respond(200, {{"content-type", "application/octet-stream"}}, std::string(8 << 20, 'b'));
+  });
+  start(options());
+  auto c = RawClient::connect(server_->port());
+  ASSERT_TRUE(c && c->startTls(tls_.ca_cert_path));
+  auto echo = [](const std::string& body) {
+    return "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+           body;
+  };
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    ASSERT_TRUE(c->send("GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    ASSERT_TRUE(c->readUntil("HTTP/1.1 200", 5s).starts_with("HTTP/1.1 200"));
+    const std::string second = "second " + std::to_string(round) + std::string(40, 's');
+    ASSERT_TRUE(c->send(echo(second)));  // while the 8 MiB are still on their way
+    std::string got = c->readUntil("\r\n\r\n" + second, 10s);
+    ASSERT_NE(got.find("\r\n\r\n" + second), std::string::npos) << got.size() << " bytes";
+    const std::string third = "third " + std::to_string(round);
+    ASSERT_TRUE(c->send(echo(third)));
+    got = c->readUntil("\r\n\r\n" + third, 5s);
+    ASSERT_TRUE(got.starts_with("HTTP/1.1 200") && got.ends_with("\r\n\r\n" + third)) << got;
+  }
+  EXPECT_EQ(server_->stats().requests, 9u);
+  EXPECT_EQ(server_->stats().connections_accepted, 1u);
+}
+
 TEST_F(HttpServerTest, StreamsServerSentEventsFromAnotherThread) {
   start(options());
   auto r = curl({"-N", "--raw", "-D", "-", url("/stream")});

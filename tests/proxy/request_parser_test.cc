@@ -233,24 +233,27 @@ TEST(RouterTest, HealthAndReadiness) {
   EXPECT_EQ(call(router, "POST", "/healthz")->status, 405);
 }
 
-TEST(OpenAiErrorTest, BodyShapeRetryAfterAndBadUtf8) {
-  OpenAiError e = overloadedError(3);
-  auto j = nlohmann::json::parse(openAiErrorBody(e));
+TEST(ApiErrorTest, BodyShapeRetryAfterAndBadUtf8) {
+  ApiError e = overloadedError(3);
+  // OpenAI's field order, compact.
+  EXPECT_EQ(apiErrorBody(e), R"({"error":{"message":"The server is overloaded; retry later","type":"server_error",)"
+                             R"("param":null,"code":"server_overloaded"}})");
+  auto j = nlohmann::json::parse(apiErrorBody(e));
   ASSERT_TRUE(j.contains("error"));
   EXPECT_EQ(j["error"].size(), 4u);
   EXPECT_EQ(j["error"]["type"], "server_error");
   EXPECT_EQ(j["error"]["code"], "server_overloaded");
-  EXPECT_EQ(openAiErrorHeaders(e).get("retry-after"), "3");
+  EXPECT_EQ(apiErrorHeaders(e).get("retry-after"), "3");
 
   e = badRequestError("bad field");
   e.param = "messages";
-  j = nlohmann::json::parse(openAiErrorBody(e));
+  j = nlohmann::json::parse(apiErrorBody(e));
   EXPECT_EQ(j["error"]["param"], "messages");
-  EXPECT_FALSE(openAiErrorHeaders(e).has("retry-after"));
+  EXPECT_FALSE(apiErrorHeaders(e).has("retry-after"));
 
   // A client's invalid UTF-8 in a quoted path never breaks the JSON.
   e = unknownUrlError("GET", "/\xff\xfe" + std::string(1000, 'a'));
-  j = nlohmann::json::parse(openAiErrorBody(e));
+  j = nlohmann::json::parse(apiErrorBody(e));
   EXPECT_LT(j["error"]["message"].get<std::string>().size(), 300u);
 }
 
