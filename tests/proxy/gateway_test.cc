@@ -130,6 +130,7 @@ struct GatewaySetup {
   serving::SchedulerOptions scheduler = defaultScheduler();
   HttpServerOptions server = defaultServer();
   SharedNamespaceGrants shared_namespaces;  // as cache.shared_namespaces: namespace -> teams
+  billing::RateLimitOptions rate_limits;    // as limits.*: unlimited by default
 };
 
 class GatewayTest : public ::testing::Test {
@@ -206,6 +207,7 @@ class GatewayTest : public ::testing::Test {
     go.aliases = {"deepseek-chat", "deepseek-reasoner"};
     go.max_context = backend_->maxContext();
     go.shared_namespaces = team_namespaces;
+    go.rate_limits = setup.rate_limits;
     encoder_ = std::make_unique<openai::PromptEncoder>(*suite_model->chat_template, *suite_model->tokenizer);
     gateway_ = std::make_unique<Gateway>(go, *scheduler_, *suite_model->tokenizer, *encoder_, *keys_, *admin_);
     SharedPrefixOptions po;
@@ -865,6 +867,98 @@ TEST_F(GatewayTest, ErrorsNeverLeakInternals) {
     expectNoInternals(r.body, data_.path());
   }
   expectServes("after all of it");
+}
+
+// ------------------------------------------------------------- rate limits
+
+class GatewayRateLimitTest : public GatewayTest {
+ protected:
+  void SetUp() override {
+    GatewaySetup setup;
+    setup.rate_limits.per_key = {3, 0};     // 3 requests per minute per key
+    setup.rate_limits.per_team = {0, 400};  // 400 tokens per minute per team
+    start(setup);
+  }
+};
+
+TEST_F(GatewayRateLimitTest, RequestsPerMinuteAre429WithRetryAfterAndHeaders) {
+  for (int i = 0; i < 3; ++i) {
+    const Reply r = chat(chatBody(4));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-ratelimit-limit-requests"), "3") << r.head;
+    EXPECT_EQ(r.header("x-ratelimit-remaining-requests"), std::to_string(2 - i)) << r.head;
+    EXPECT_TRUE(r.header("x-ratelimit-reset-requests").has_value()) << r.head;
+    EXPECT_EQ(r.header("x-ratelimit-limit-tokens"), "400") << r.head;
+  }
+  const Reply refused = chat(chatBody(4));
+  expectError(refused, 429, "requests", "rate_limit_exceeded", std::nullopt, "the fourth request in a minute");
+  ASSERT_TRUE(refused.header("retry-after").has_value()) << refused.head;
+  const int retry = std::stoi(*refused.header("retry-after"));
+  EXPECT_GE(retry, 1);
+  EXPECT_LE(retry, 20);  // one request refills in 20 s
+  EXPECT_EQ(refused.header("x-ratelimit-remaining-requests"), "0") << refused.head;
+  EXPECT_NE(refused.error()["message"].get<std::string>().find("3 requests per minute"), std::string::npos);
+  // Streams are refused before they start, as plain JSON.
+  expectError(chat(chatBody(4, true)), 429, "requests", "rate_limit_exceeded", std::nullopt, "a stream");
+  // Another key of the same team has its own requests (the team has only a token limit).
+  EXPECT_EQ(chat(chatBody(4), newKey("team-a")).status, 200);
+}
+
+TEST_F(GatewayRateLimitTest, TokensAreTheCapAtAdmissionAndTheUseAfterwards) {
+  // A request whose prompt + max_tokens can never fit the team's 400 tokens: no Retry-After.
+  const Reply huge = chat(chatBody(450));
+  expectError(huge, 429, "tokens", "rate_limit_exceeded", std::nullopt, "larger than a minute's tokens");
+  EXPECT_FALSE(huge.header("retry-after").has_value()) << huge.head;
+  EXPECT_NE(huge.error()["message"].get<std::string>().find("Request too large"), std::string::npos);
+  // 300 reserved, 4 generated: what was not used comes back at the end. The
+  // bucket refills at 400 / 60 tokens per second meanwhile: each check allows
+  // what the elapsed time refilled.
+  const auto start_time = Clock::now();
+  auto refilled = [&] { return std::chrono::duration<double>(Clock::now() - start_time).count() * 400 / 60 + 1; };
+  const Reply first = chat(chatBody(4));
+  ASSERT_EQ(first.status, 200) << first.body;
+  const int64_t prompt = json::parse(first.body)["usage"]["prompt_tokens"];
+  const Reply big = chat(chatBody(300), newKey("team-a"));
+  ASSERT_EQ(big.status, 200) << big.body;
+  const int64_t used = json::parse(big.body)["usage"]["total_tokens"];
+  const int64_t remaining_at_admission = std::stoll(*big.header("x-ratelimit-remaining-tokens"));
+  const int64_t expected_at_admission = 400 - (prompt + 4) - (prompt + 300);
+  EXPECT_GE(remaining_at_admission, expected_at_admission);
+  EXPECT_LE(remaining_at_admission, expected_at_admission + refilled());
+  // The next request sees the unused part of the 300 returned.
+  const Reply after = chat(chatBody(4), newKey("team-a"));
+  ASSERT_EQ(after.status, 200) << after.body;
+  const int64_t remaining_after = std::stoll(*after.header("x-ratelimit-remaining-tokens"));
+  const int64_t expected_after = 400 - (prompt + 4) - used - (prompt + 4);
+  EXPECT_GE(remaining_after, expected_after);
+  EXPECT_LE(remaining_after, expected_after + refilled());
+  EXPECT_GT(remaining_after, remaining_at_admission) << "the unused part of the 300 came back";
+  // Other teams are not charged for team-a's tokens.
+  EXPECT_EQ(chat(chatBody(300), newKey("team-b")).status, 200);
+}
+
+// 24 concurrent requests of 6 keys against 3 requests per key: exactly 3 of
+// each key's are admitted (no refill fits in the test's few seconds).
+TEST_F(GatewayRateLimitTest, ConcurrentRequestsNeverExceedTheLimit) {
+  std::vector<std::string> keys;
+  for (int k = 0; k < 6; ++k) keys.push_back(newKey("team-" + std::to_string(k)));
+  std::vector<std::future<Reply>> replies;
+  const auto start = Clock::now();
+  for (int i = 0; i < 24; ++i) {
+    replies.push_back(std::async(std::launch::async, [&, i] { return chat(chatBody(2), keys[i % 6]); }));
+  }
+  std::map<int, int> by_status;
+  std::map<std::string, int> admitted;
+  for (int i = 0; i < 24; ++i) {
+    const Reply r = replies[i].get();
+    ++by_status[r.status];
+    if (r.status == 200) ++admitted[keys[i % 6]];
+  }
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_LT(elapsed_s, 20.0) << "a refill (one request per 20 s) could have been admitted";
+  EXPECT_EQ(by_status[200], 18);
+  EXPECT_EQ(by_status[429], 6);
+  for (const std::string& k : keys) EXPECT_EQ(admitted[k], 3);
 }
 
 }  // namespace
