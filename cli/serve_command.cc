@@ -171,6 +171,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   } else {
     std::cout << "  the admin key is LATENTGATE_ADMIN_KEY\n";
   }
+  // Grants mean nothing without the cache (cache.enabled = false).
   for (const cache::SharedGrant& g : cache->index ? *grants : std::vector<cache::SharedGrant>{}) {
     std::string teams;
     for (const cache::TeamNamespace& t : g.teams) teams += (teams.empty() ? "" : ", ") + std::string(t.id());

@@ -70,6 +70,13 @@ void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const
   exchange.respond(200, std::move(h), std::move(out.body));
 }
 
+// The tokens-per-minute limits charge a request its prompt and output cap at
+// admission and settle on what its final event says it used.
+int64_t reservedTokens(const serving::GenerationRequest& r) {
+  return static_cast<int64_t>(r.prompt.size()) + r.sampling.max_tokens;
+}
+int64_t usedTokens(const serving::Usage& u) { return int64_t{u.prompt_tokens} + u.completion_tokens; }
+
 }  // namespace
 
 std::string serverTiming(const serving::Timing& t) {
@@ -197,7 +204,7 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   gen.sampling = std::move(*sampling);
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, {});
-  const int64_t reserved = static_cast<int64_t>(gen.prompt.size()) + gen.sampling.max_tokens;
+  const int64_t reserved = reservedTokens(gen);
   if (!admitRate(*exchange, *who, reserved, headers)) return;
   submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, *who, reserved);
 }
@@ -242,7 +249,7 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   addNotes(headers, parsed->ignored, {});
   // One request against the rate limits, with every prompt's tokens and output cap.
   std::vector<int64_t> reserved(n);
-  for (size_t i = 0; i < n; ++i) reserved[i] = static_cast<int64_t>(requests[i].prompt.size()) + requests[i].sampling.max_tokens;
+  for (size_t i = 0; i < n; ++i) reserved[i] = reservedTokens(requests[i]);
   int64_t unsubmitted = 0;
   for (int64_t r : reserved) unsubmitted += r;
   if (!admitRate(*exchange, *who, unsubmitted, headers)) return;
@@ -264,7 +271,7 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
         std::move(requests[i]), [this, exchange, responder, stream, headers, i, gate, key = who->key_id,
                                  team = who->team, reserved = reserved[i]](serving::StreamEvent&& e) {
           // Outside the gate: refused and cancelled prompts give back their share too.
-          if (e.final) rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
+          if (e.final) rate_limiter_.settle(key, team, reserved, usedTokens(e.usage));
           openai::ResponderOutput out = responder->onEvent(i, e);
           std::lock_guard lock(gate->mu);
           if (gate->refused) return;
@@ -363,7 +370,7 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
   gen.sampling = std::move(*sampling);
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, parsed->hosted_tools);
-  const int64_t reserved = static_cast<int64_t>(gen.prompt.size()) + gen.sampling.max_tokens;
+  const int64_t reserved = reservedTokens(gen);
   if (!admitRate(*exchange, *who, reserved, headers)) return;
   std::function<void(const openai::ResponsesResponder&)> on_done;
   if (responses_ != nullptr) {
@@ -436,7 +443,7 @@ void Gateway::submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationR
   serving::Submission sub = scheduler_.submit(
       std::move(request), [this, exchange, responder, stream, headers, on_done = std::move(on_done), key = who.key_id,
                            team = who.team, reserved](serving::StreamEvent&& e) {
-        if (e.final) rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
+        if (e.final) rate_limiter_.settle(key, team, reserved, usedTokens(e.usage));
         openai::ResponderOutput out = responder->onEvent(e);
         if (out.done && on_done) on_done(*responder);
         deliver(*exchange, std::move(out), stream, e.timing, headers);
