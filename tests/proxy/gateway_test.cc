@@ -918,8 +918,23 @@ TEST_F(GatewayRateLimitTest, TokensAreTheCapAtAdmissionAndTheUseAfterwards) {
   const Reply first = chat(chatBody(4));
   ASSERT_EQ(first.status, 200) << first.body;
   const int64_t prompt = json::parse(first.body)["usage"]["prompt_tokens"];
-  const Reply big = chat(chatBody(300), newKey("team-a"));
+  // The 300-token request must stop early for anything to come back: the
+  // same greedy request, asked by another team (its own bucket), shows the
+  // first character the reply will generate, which then serves as its stop string.
+  json greedy = chatBody(4);
+  greedy["temperature"] = 0;
+  const Reply probe = chat(greedy, newKey("team-probe"));
+  ASSERT_EQ(probe.status, 200) << probe.body;
+  const std::string reply = json::parse(probe.body)["choices"][0]["message"]["content"];
+  ASSERT_FALSE(reply.empty()) << probe.body;
+  size_t first_char = 1;
+  while (first_char < reply.size() && (static_cast<unsigned char>(reply[first_char]) & 0xC0) == 0x80) ++first_char;
+  json stops_early = chatBody(300);
+  stops_early["temperature"] = 0;
+  stops_early["stop"] = {reply.substr(0, first_char)};
+  const Reply big = chat(stops_early, newKey("team-a"));
   ASSERT_EQ(big.status, 200) << big.body;
+  ASSERT_LT(json::parse(big.body)["usage"]["completion_tokens"].get<int>(), 300) << big.body;
   const int64_t used = json::parse(big.body)["usage"]["total_tokens"];
   const int64_t remaining_at_admission = std::stoll(*big.header("x-ratelimit-remaining-tokens"));
   const int64_t expected_at_admission = 400 - (prompt + 4) - (prompt + 300);
