@@ -157,16 +157,20 @@ Result<PriceVersion> PriceBook::schedule(const PriceTable& table, int64_t effect
     return invalidArgument("the effective time is in the past: requests already priced then keep their prices; "
                            "schedule a change from now or later");
   }
-  std::lock_guard lock(mu_);
+  // One schedule at a time, so versions are numbered in the order they
+  // become durable; lookups (mu_) do not wait for the synced write.
+  std::lock_guard writing(write_mu_);
   PriceVersion v;
-  v.version = versions_.empty() ? 1 : versions_.back().version + 1;
+  {
+    std::lock_guard lock(mu_);
+    v.version = versions_.empty() ? 1 : versions_.back().version + 1;
+  }
   v.effective_us = effective_us;
   v.recorded_us = now_us;
   v.source = std::move(source);
   v.table = table;
-  // Synced under the lock: versions are numbered in the order they are
-  // durable, and price changes are rare.
   LG_RETURN_IF_ERROR(db_.write({{versionKey(v.version), versionJson(v).dump()}}));
+  std::lock_guard lock(mu_);
   versions_.push_back(v);
   return v;
 }

@@ -133,6 +133,7 @@ class PriceBook {
   const PriceVersion* inForceLocked(int64_t unix_us) const;
 
   BillingDb& db_;
+  std::mutex write_mu_;                 // held by schedule() across its synced write
   mutable std::mutex mu_;
   std::vector<PriceVersion> versions_;  // guarded by mu_, by version
 };
