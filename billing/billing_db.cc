@@ -2,9 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <rocksdb/db.h>
+#include <rocksdb/merge_operator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
@@ -18,7 +20,51 @@ Status fromRocks(const rocksdb::Status& s, std::string_view what) {
   return unavailable(std::string(what) + ": " + s.ToString());
 }
 
+// Element-wise uint64 addition (wrapping, as unsigned arithmetic does; the
+// ledger's counters stay far below 2^64). Associative and commutative, so
+// RocksDB may combine operands in any grouping during reads and compactions.
+class CounterAddOperator : public rocksdb::AssociativeMergeOperator {
+ public:
+  bool Merge(const rocksdb::Slice& /*key*/, const rocksdb::Slice* existing, const rocksdb::Slice& value,
+             std::string* new_value, rocksdb::Logger* /*logger*/) const override {
+    if (value.size() % 8 != 0 || (existing != nullptr && existing->size() % 8 != 0)) return false;  // corruption
+    const size_t n = std::max(value.size(), existing != nullptr ? existing->size() : 0) / 8;
+    new_value->assign(n * 8, '\0');
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t sum = 0;
+      for (const rocksdb::Slice* s : {existing, &value}) {
+        if (s == nullptr || (i + 1) * 8 > s->size()) continue;
+        uint64_t v = 0;
+        for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>((*s)[i * 8 + b]);
+        sum += v;
+      }
+      for (int b = 0; b < 8; ++b) (*new_value)[i * 8 + b] = static_cast<char>((sum >> (8 * b)) & 0xff);
+    }
+    return true;
+  }
+  const char* Name() const override { return "lg.CounterAdd"; }
+};
+
 }  // namespace
+
+std::string encodeCounters(const std::vector<uint64_t>& values) {
+  std::string out(values.size() * 8, '\0');
+  for (size_t i = 0; i < values.size(); ++i) {
+    for (int b = 0; b < 8; ++b) out[i * 8 + b] = static_cast<char>((values[i] >> (8 * b)) & 0xff);
+  }
+  return out;
+}
+
+Result<std::vector<uint64_t>> decodeCounters(std::string_view bytes) {
+  if (bytes.size() % 8 != 0) return dataLoss("a counter value of " + std::to_string(bytes.size()) + " bytes");
+  std::vector<uint64_t> out(bytes.size() / 8);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint64_t v = 0;
+    for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>(bytes[i * 8 + b]);
+    out[i] = v;
+  }
+  return out;
+}
 
 BillingDb::BillingDb(std::unique_ptr<rocksdb::DB> db, std::string path) : db_(std::move(db)), path_(std::move(path)) {}
 BillingDb::~BillingDb() = default;
@@ -33,6 +79,7 @@ Result<std::unique_ptr<BillingDb>> BillingDb::open(const std::string& path) {
   options.paranoid_checks = true;
   options.max_open_files = 256;
   options.keep_log_file_num = 2;
+  options.merge_operator = std::make_shared<CounterAddOperator>();
   rocksdb::DB* raw = nullptr;
   LG_RETURN_IF_ERROR(fromRocks(rocksdb::DB::Open(options, path, &raw), "opening the billing store " + path));
   std::unique_ptr<rocksdb::DB> db(raw);
@@ -65,6 +112,16 @@ Status BillingDb::writeBatch(const std::vector<std::pair<std::string, std::strin
   return fromRocks(db_->Write(wo, &batch), "writing the billing store");
 }
 
+Status BillingDb::apply(const WriteOps& ops, bool sync) {
+  rocksdb::WriteBatch batch;
+  for (const auto& [k, v] : ops.puts) batch.Put(k, v);
+  for (const auto& [k, v] : ops.merges) batch.Merge(k, v);
+  for (const std::string& k : ops.deletes) batch.Delete(k);
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  return fromRocks(db_->Write(wo, &batch), "writing the billing store");
+}
+
 Result<std::optional<std::string>> BillingDb::get(std::string_view key) const {
   std::string value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &value);
@@ -79,6 +136,21 @@ Status BillingDb::scan(std::string_view prefix, const std::function<bool(std::st
     const rocksdb::Slice k = it->key();
     if (!k.starts_with(rocksdb::Slice(prefix.data(), prefix.size()))) break;
     if (!fn(std::string_view(k.data(), k.size()), std::string_view(it->value().data(), it->value().size()))) break;
+  }
+  return fromRocks(it->status(), "scanning the billing store");
+}
+
+Status BillingDb::scanRange(std::string_view begin, std::string_view end,
+                            const std::function<bool(std::string_view, std::string_view)>& fn) const {
+  rocksdb::ReadOptions ro;
+  const rocksdb::Slice upper(end.data(), end.size());
+  ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->Seek(rocksdb::Slice(begin.data(), begin.size())); it->Valid(); it->Next()) {
+    if (!fn(std::string_view(it->key().data(), it->key().size()),
+            std::string_view(it->value().data(), it->value().size()))) {
+      break;
+    }
   }
   return fromRocks(it->status(), "scanning the billing store");
 }

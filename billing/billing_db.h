@@ -1,12 +1,16 @@
-// BillingDb: the durable store of billing/ (DATA/billing): API keys now, the
-// ledger later. RocksDB with its write-ahead log on and every write synced
+// BillingDb: the durable store of billing/ (DATA/billing): API keys, stored
+// responses, prices and the ledger (docs/billing.md). RocksDB with its write-ahead log on and every write synced
 // before it returns, because a key that was shown to its owner, or a ledger
 // entry a client saw, must survive a crash (unlike the latent store, which
 // may lose its newest blocks). The directory is private (0700, files 0600):
 // it holds key hashes and, later, usage per key.
 //
 // Values are small; keys are prefixed by their kind ("key/", "keyhash/",
-// "resp/", ...), so one store serves every table.
+// "resp/", "led/", "agg/", "price/", ...), so one store serves every table.
+// Counters are merged, not read and rewritten: a merge operand is a list of
+// little-endian uint64s, and the store adds operands element-wise (a shorter
+// list counts as zeros beyond its end), so concurrent writers never lose an
+// increment and a counter's value is always the sum of what was merged.
 //
 // Thread-safety: all methods may be called concurrently.
 #pragma once
@@ -26,6 +30,18 @@ class DB;
 
 namespace lg::billing {
 
+// Puts, counter merges and deletes applied together (one WriteBatch).
+struct WriteOps {
+  std::vector<std::pair<std::string, std::string>> puts;
+  std::vector<std::pair<std::string, std::string>> merges;  // key, encodeCounters(...)
+  std::vector<std::string> deletes;
+};
+
+// A merge operand / counter value: values as little-endian uint64s.
+std::string encodeCounters(const std::vector<uint64_t>& values);
+// Its values; DataLoss when the size is not a multiple of 8.
+Result<std::vector<uint64_t>> decodeCounters(std::string_view bytes);
+
 class BillingDb {
  public:
   static Result<std::unique_ptr<BillingDb>> open(const std::string& path);
@@ -42,10 +58,15 @@ class BillingDb {
   // block (the scheduler's engine thread).
   Status writeUnsynced(const std::vector<std::pair<std::string, std::string>>& puts,
                        const std::vector<std::string>& deletes = {});
+  // Applies `ops` atomically; synced when `sync` (the ledger's commits).
+  Status apply(const WriteOps& ops, bool sync);
   Result<std::optional<std::string>> get(std::string_view key) const;
   // Calls fn(key, value) for every key starting with prefix, in key order,
   // until it returns false.
   Status scan(std::string_view prefix, const std::function<bool(std::string_view, std::string_view)>& fn) const;
+  // The same for every key in [begin, end), in key order.
+  Status scanRange(std::string_view begin, std::string_view end,
+                   const std::function<bool(std::string_view, std::string_view)>& fn) const;
 
   const std::string& path() const { return path_; }
 

@@ -2,11 +2,11 @@
 // (--config and --data-dir are global flags, cli/global_flags.h)
 // The gateway: loads the model (the random-weight `demo` preset, made under
 // DATA/models/demo at first start, when none is given), the prefix cache
-// (tier 0 + DATA/kv), the scheduler, the API keys and stored responses
-// (DATA/billing) and the TLS material (a local CA under DATA/tls), serves
-// the OpenAI-compatible API until
-// SIGINT or SIGTERM, then stops accepting, lets streams finish for a few
-// seconds and persists the cache. docs/gateway.md.
+// (tier 0 + DATA/kv), the scheduler, the API keys, stored responses, the
+// prices and the ledger (DATA/billing) and the TLS material (a local CA under
+// DATA/tls), serves the OpenAI-compatible API until SIGINT or SIGTERM, then
+// stops accepting, lets streams finish for a few seconds and persists the
+// cache. docs/gateway.md.
 #include <signal.h>
 
 #include <chrono>
@@ -18,6 +18,8 @@
 
 #include "billing/billing_db.h"
 #include "billing/key_store.h"
+#include "billing/ledger.h"
+#include "billing/prices.h"
 #include "cache/cache_config.h"
 #include "cli/commands.h"
 #include "cli/global_flags.h"
@@ -26,6 +28,7 @@
 #include "engine/backend_config.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/presets.h"
+#include "proxy/billing_api.h"
 #include "proxy/gateway.h"
 #include "proxy/health_routes.h"
 #include "proxy/http_server.h"
@@ -118,6 +121,16 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
     if (*swept < 1000) break;
   }
 
+  // Prices (billing.prices, recorded as a new version when they changed) and
+  // the ledger; the ledger outlives the scheduler's engine thread and the
+  // server, whose final deliveries run in its commit callbacks.
+  const int64_t now_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto prices = billing::PriceBook::open(**billing_db, billing::PriceTable::fromSetting(config.billing.prices), now_us);
+  if (!prices.isOk()) return fail("prices", prices.status());
+  auto ledger = billing::Ledger::open(**billing_db);
+  if (!ledger.isOk()) return fail("ledger", ledger.status());
+
   proxy::TlsMaterial tls;
   auto server_options = proxy::loadHttpServerOptions(config, &tls);
   if (!server_options.isOk()) return fail("server", server_options.status());
@@ -136,7 +149,9 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway_options.rate_limits.per_team = {config.limits.team_requests_per_minute, config.limits.team_tokens_per_minute};
   if (cache->index) gateway_options.shared_namespaces = cache::applySharedGrants(*grants, *cache->index);
   proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
-  proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses);
+  proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses,
+                         proxy::BillingServices{ledger->get(), prices->get()});
+  proxy::BillingApi billing_api(**ledger, **prices, **keys, *admin);
   // Publishing into a shared namespace needs the cache (cache.enabled).
   std::unique_ptr<proxy::SharedPrefixPublisher> shared_prefixes;
   if (cache->index) {
@@ -152,6 +167,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   proxy::Router router;
   proxy::addHealthRoutes(router, [] { return proxy::Readiness{true, ""}; });
   gateway.addRoutes(router);
+  billing_api.addRoutes(router);
   if (shared_prefixes) shared_prefixes->addRoutes(router);
   auto server = proxy::HttpServer::start(*server_options, router.handler());
   if (!server.isOk()) return fail("server", server.status());

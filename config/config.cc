@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <limits>
 #include <span>
 #include <string_view>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/decimal.h"
 #include "common/file_util.h"
 
 extern char** environ;
@@ -22,7 +24,7 @@ namespace {
 using json = nlohmann::json;
 using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, LatentDTypeSetting*,
                               PrefillAttentionSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*,
-                              SharedNamespaceGrants*>;
+                              SharedNamespaceGrants*, PriceTableSetting*>;
 
 // The names of each enum setting, indexed by the enumerator's value: the one
 // list that parsing, validation messages and `config show` use.
@@ -102,6 +104,7 @@ const std::array kFields = {
     LG_FIELD("limits.key_tokens_per_minute", limits.key_tokens_per_minute),
     LG_FIELD("limits.team_requests_per_minute", limits.team_requests_per_minute),
     LG_FIELD("limits.team_tokens_per_minute", limits.team_tokens_per_minute),
+    LG_FIELD("billing.prices", billing.prices),
 };
 #undef LG_FIELD
 
@@ -217,6 +220,159 @@ bool validNamespaceName(std::string_view name) {
   });
 }
 
+// ----------------------------------------------------------- billing.prices
+
+// $1,000 per 1M tokens: far above any list price, and low enough that a
+// request's cost (rate x tokens) can never overflow 64 bits.
+constexpr int64_t kMaxRate = 1'000'000'000;
+constexpr std::array<std::string_view, 3> kRateNames = {"input_cache_hit", "input_cache_miss", "output"};
+
+int64_t* rateField(PriceRatesSetting& r, size_t i) {
+  return i == 0 ? &r.input_cache_hit : i == 1 ? &r.input_cache_miss : &r.output;
+}
+int64_t rateValue(const PriceRatesSetting& r, size_t i) {
+  return i == 0 ? r.input_cache_hit : i == 1 ? r.input_cache_miss : r.output;
+}
+
+// USD per 1M tokens, exact: a decimal string, or an integer.
+Status parseRate(const std::string& path, const json& value, int64_t& out) {
+  if (value.is_number_unsigned()) {
+    if (value.get<uint64_t>() > static_cast<uint64_t>(kMaxRate / 1'000'000)) {
+      return invalidArgument(path + ": " + value.dump() + " is above $1000 per 1M tokens");
+    }
+    out = static_cast<int64_t>(value.get<uint64_t>()) * 1'000'000;
+    return Status::ok();
+  }
+  if (!value.is_string()) {
+    return invalidArgument(path + ": expected USD per 1M tokens as a decimal string such as \"0.028\" (exact; "
+                           "a JSON number with a fraction would be read as binary floating point), got " +
+                           value.dump());
+  }
+  auto parsed = parseFixedDecimal(value.get<std::string>(), 6, kMaxRate);
+  if (!parsed.isOk()) return invalidArgument(path + ": " + parsed.status().message() + " (USD per 1M tokens, at most 6 decimals, at most 1000)");
+  out = *parsed;
+  return Status::ok();
+}
+
+// "HH:MM", 00:00..24:00, as minutes after midnight.
+Status parseMinute(const std::string& path, const json& value, int& out) {
+  const std::string text = value.is_string() ? value.get<std::string>() : "";
+  const bool shaped = text.size() == 5 && text[2] == ':' && std::isdigit(static_cast<unsigned char>(text[0])) &&
+                      std::isdigit(static_cast<unsigned char>(text[1])) &&
+                      std::isdigit(static_cast<unsigned char>(text[3])) && std::isdigit(static_cast<unsigned char>(text[4]));
+  const int h = shaped ? (text[0] - '0') * 10 + (text[1] - '0') : -1;
+  const int m = shaped ? (text[3] - '0') * 10 + (text[4] - '0') : -1;
+  if (!shaped || m > 59 || h > 24 || (h == 24 && m != 0)) {
+    return invalidArgument(path + ": expected a UTC time \"HH:MM\" (00:00..24:00), got " + value.dump());
+  }
+  out = h * 60 + m;
+  return Status::ok();
+}
+
+bool validPriceModel(std::string_view name) {
+  if (name == "*") return true;
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return c > 0x20 && c < 0x7f && c != '/' && c != '*'; });
+}
+
+Status parseModelPrices(const std::string& path, const json& value, ModelPriceSetting& out) {
+  if (!value.is_object()) {
+    return invalidArgument(path + R"(: expected {"input_cache_hit", "input_cache_miss", "output", "windows"}, got )" +
+                           value.dump());
+  }
+  ModelPriceSetting prices;
+  for (const auto& [name, v] : value.items()) {
+    if (name == "windows") continue;
+    if (std::find(kRateNames.begin(), kRateNames.end(), name) == kRateNames.end()) {
+      return invalidArgument(path + ": unknown field " + quoteValue(name) +
+                             " (expected input_cache_hit, input_cache_miss, output, windows)");
+    }
+  }
+  for (size_t i = 0; i < kRateNames.size(); ++i) {
+    const std::string name(kRateNames[i]);
+    if (!value.contains(name)) return invalidArgument(path + "." + name + ": missing (USD per 1M tokens)");
+    LG_RETURN_IF_ERROR(parseRate(path + "." + name, value[name], *rateField(prices.rates, i)));
+  }
+  if (value.contains("windows")) {
+    const json& windows = value["windows"];
+    if (!windows.is_array() || windows.size() > 24) {
+      return invalidArgument(path + ".windows: expected a list of at most 24 time windows, got " +
+                             windows.dump().substr(0, 200));
+    }
+    for (size_t w = 0; w < windows.size(); ++w) {
+      const std::string wpath = path + ".windows[" + std::to_string(w) + "]";
+      const json& win = windows[w];
+      if (!win.is_object()) return invalidArgument(wpath + R"(: expected {"start": "HH:MM", "end": "HH:MM", rates...})");
+      PriceWindowSetting window;
+      window.rates = prices.rates;  // rates the window does not name stay the model's
+      for (const auto& [name, v] : win.items()) {
+        if (name == "start" || name == "end") continue;
+        const auto it = std::find(kRateNames.begin(), kRateNames.end(), name);
+        if (it == kRateNames.end()) {
+          return invalidArgument(wpath + ": unknown field " + quoteValue(name) +
+                                 " (expected start, end, input_cache_hit, input_cache_miss, output)");
+        }
+        LG_RETURN_IF_ERROR(parseRate(wpath + "." + name, v, *rateField(window.rates, it - kRateNames.begin())));
+      }
+      if (!win.contains("start") || !win.contains("end")) return invalidArgument(wpath + ": needs start and end (\"HH:MM\", UTC)");
+      LG_RETURN_IF_ERROR(parseMinute(wpath + ".start", win["start"], window.start_minute));
+      LG_RETURN_IF_ERROR(parseMinute(wpath + ".end", win["end"], window.end_minute));
+      if (window.start_minute % 1440 == window.end_minute % 1440) {
+        return invalidArgument(wpath + ": start and end are the same time (an empty or whole-day window)");
+      }
+      prices.windows.push_back(window);
+    }
+  }
+  out = std::move(prices);
+  return Status::ok();
+}
+
+Status parsePrices(const std::string& path, const json& value, PriceTableSetting& out) {
+  if (!value.is_object()) {
+    return invalidArgument(path + R"(: expected an object of models, {"*": {"input_cache_hit": "0.028", ...}}, got )" +
+                           value.dump().substr(0, 200));
+  }
+  PriceTableSetting table;
+  for (const auto& [model, prices] : value.items()) {
+    if (!validPriceModel(model)) {
+      return invalidArgument(path + ": " + quoteValue(model) +
+                             " is not a model id (1..128 printable characters without '/', or \"*\" for every other model)");
+    }
+    LG_RETURN_IF_ERROR(parseModelPrices(path + "." + model, prices, table[model]));
+  }
+  out = std::move(table);
+  return Status::ok();
+}
+
+std::string minuteText(int minute) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%02d:%02d", minute / 60, minute % 60);
+  return buf;
+}
+
+json ratesJson(const PriceRatesSetting& r, json out = json::object()) {
+  for (size_t i = 0; i < kRateNames.size(); ++i) {
+    out[std::string(kRateNames[i])] = formatFixedDecimal(rateValue(r, i), 6);
+  }
+  return out;
+}
+
+json pricesJson(const PriceTableSetting& table) {
+  json out = json::object();
+  for (const auto& [model, p] : table) {
+    json m = ratesJson(p.rates);
+    if (!p.windows.empty()) {
+      json windows = json::array();
+      for (const PriceWindowSetting& w : p.windows) {
+        windows.push_back(ratesJson(w.rates, json{{"start", minuteText(w.start_minute)}, {"end", minuteText(w.end_minute)}}));
+      }
+      m["windows"] = std::move(windows);
+    }
+    out[model] = std::move(m);
+  }
+  return out;
+}
+
 Status setFromString(const Field& field, const std::string& value, Config& config) {
   const std::string path(field.path);
   return std::visit(
@@ -236,6 +392,11 @@ Status setFromString(const Field& field, const std::string& value, Config& confi
           const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
           if (parsed.is_discarded()) return invalidArgument(path + ": expected a JSON object, got " + quoteValue(value));
           return parseGrants(path, parsed, *target);
+        } else if constexpr (std::is_same_v<T, PriceTableSetting>) {
+          // In the environment or a flag: the same JSON object as in a file.
+          const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+          if (parsed.is_discarded()) return invalidArgument(path + ": expected a JSON object, got " + quoteValue(value));
+          return parsePrices(path, parsed, *target);
         } else {
           return parseEnum(path, value, *target);
         }
@@ -272,6 +433,7 @@ Status setFromJson(const Field& field, const json& value, Config& config) {
     return Status::ok();
   }
   if (auto* g = std::get_if<SharedNamespaceGrants*>(&ref)) return parseGrants(path, value, **g);
+  if (auto* p = std::get_if<PriceTableSetting*>(&ref)) return parsePrices(path, value, **p);
   if (!value.is_string()) return invalidArgument(path + ": expected a string, got " + value.dump());
   return setFromString(field, value.get<std::string>(), config);
 }
@@ -503,6 +665,8 @@ std::string configToJson(const Config& config) {
           using T = std::remove_pointer_t<decltype(value)>;
           if constexpr (std::is_enum_v<T>) {
             leaf = std::string(enumName(*value));
+          } else if constexpr (std::is_same_v<T, PriceTableSetting>) {
+            leaf = pricesJson(*value);
           } else {
             leaf = *value;
           }
@@ -512,6 +676,16 @@ std::string configToJson(const Config& config) {
   if (!config.admin_key.empty()) out["admin_key"] = "(set)";  // a secret: never printed
   return out.dump(2);
 }
+
+Result<PriceTableSetting> parsePriceTable(std::string_view json_text, const std::string& path) {
+  const json parsed = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return invalidArgument(path + ": not JSON");
+  PriceTableSetting table;
+  LG_RETURN_IF_ERROR(parsePrices(path, parsed, table));
+  return table;
+}
+
+std::string priceTableToJson(const PriceTableSetting& table) { return pricesJson(table).dump(); }
 
 std::map<std::string, std::string> processEnvironment() {
   std::map<std::string, std::string> env;

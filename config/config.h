@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,14 @@ Status validateConfig(const Config& config);
 
 // The effective configuration as JSON text (for `latentgate config show`).
 std::string configToJson(const Config& config);
+
+// A price table (billing.prices: {"model" | "*": {"input_cache_hit",
+// "input_cache_miss", "output", "windows": [...]}}, USD per 1M tokens as
+// decimal strings) from JSON text, as a file gives it; PUT /admin/pricing
+// takes the same object. Errors name `path` and the field.
+Result<PriceTableSetting> parsePriceTable(std::string_view json_text, const std::string& path);
+// The same object as canonical JSON text (rates as decimal strings, windows "HH:MM").
+std::string priceTableToJson(const PriceTableSetting& table);
 
 // Collects `environ` into a map (called by main only; libraries never read it).
 std::map<std::string, std::string> processEnvironment();

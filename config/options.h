@@ -112,6 +112,36 @@ struct LimitOptions {
   int64_t team_tokens_per_minute = 0;
 };
 
+// Prices (billing/, docs/billing.md). Written in USD per 1M tokens as exact
+// decimal strings ("0.028"); held as integer pico-dollars per token, which is
+// the same number as micro-dollars per 1M tokens (0.028 -> 28000).
+struct PriceRatesSetting {
+  int64_t input_cache_hit = 0;   // prompt tokens whose latent KV came from the cache
+  int64_t input_cache_miss = 0;  // prompt tokens computed
+  int64_t output = 0;            // generated tokens
+  bool operator==(const PriceRatesSetting&) const = default;
+};
+// Other rates during a time of day, UTC: [start, end) in minutes after
+// midnight; end < start wraps past midnight (16:30 to 00:30).
+struct PriceWindowSetting {
+  int start_minute = 0;
+  int end_minute = 0;
+  PriceRatesSetting rates;
+  bool operator==(const PriceWindowSetting&) const = default;
+};
+struct ModelPriceSetting {
+  PriceRatesSetting rates;
+  std::vector<PriceWindowSetting> windows;  // the first that contains the time applies
+  bool operator==(const ModelPriceSetting&) const = default;
+};
+// Model id -> prices; "*" prices every other served model. Empty: DeepSeek's
+// list for every model (billing/prices.h).
+using PriceTableSetting = std::map<std::string, ModelPriceSetting>;
+
+struct BillingOptions {
+  PriceTableSetting prices;  // the table in force until PUT /admin/pricing schedules another
+};
+
 struct Config {
   std::string data_dir = "./data";
   // The admin API's bearer key (LATENTGATE_ADMIN_KEY); empty: DATA/admin.key,
@@ -123,6 +153,7 @@ struct Config {
   CacheOptions cache;
   ServingOptions serving;
   LimitOptions limits;
+  BillingOptions billing;
 };
 
 }  // namespace lg

@@ -17,6 +17,7 @@
 #include "proxy/openai/json_body.h"
 #include "proxy/openai/responses_request.h"
 #include "proxy/openai/responses_response.h"
+#include "proxy/openai/sse.h"
 #include "proxy/openai_error.h"
 #include "proxy/proxy_log.h"
 #include "proxy/response_store.h"
@@ -56,9 +57,9 @@ void addNotes(HttpHeaders& headers, const std::vector<std::string>& ignored, con
 // last ones preceded by a server-timing comment) and the end of the stream;
 // otherwise, once done, the error or the whole body with Server-Timing.
 void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const serving::Timing& timing,
-             const HttpHeaders& headers) {
+             const HttpHeaders& headers, double ledger_s = -1) {
   if (stream) {
-    if (out.done) exchange.send(": server-timing " + serverTiming(timing) + "\n\n");
+    if (out.done) exchange.send(": server-timing " + serverTiming(timing, ledger_s) + "\n\n");
     exchange.send(std::move(out.body));
     if (out.done) exchange.end();
     return;
@@ -66,7 +67,7 @@ void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const
   if (!out.done) return;
   if (out.error) return respondWithApiError(exchange, *out.error);
   HttpHeaders h = headers;
-  h.add("server-timing", serverTiming(timing));
+  h.add("server-timing", serverTiming(timing, ledger_s));
   exchange.respond(200, std::move(h), std::move(out.body));
 }
 
@@ -77,20 +78,64 @@ int64_t reservedTokens(const serving::GenerationRequest& r) {
 }
 int64_t usedTokens(const serving::Usage& u) { return int64_t{u.prompt_tokens} + u.completion_tokens; }
 
+RequestBilling::Info billingInfo(std::string response_id, std::string requested_model, std::string system_prompt,
+                                bool stream) {
+  RequestBilling::Info info;
+  info.response_id = std::move(response_id);
+  info.requested_model = std::move(requested_model);
+  info.system_prompt = std::move(system_prompt);
+  info.stream = stream;
+  return info;
+}
+
+// The last final event of a billed request: commits its entry, and hands the
+// client the end of the response (its usage and usage.cost) from the commit's
+// callback, on the ledger's committer thread. An error carries no usage: it
+// is sent at once, and its entry (not billed, or billed for what a client
+// that went away left computed) follows.
+void commitAndDeliver(const std::shared_ptr<Exchange>& exchange, RequestBilling& billing, openai::ResponderOutput out,
+                      bool stream, const serving::Timing& timing, const HttpHeaders& headers) {
+  if (out.error) {
+    deliver(*exchange, std::move(out), stream, timing, headers);
+    billing.commit("", "", {});
+    return;
+  }
+  auto held = std::make_shared<openai::ResponderOutput>(std::move(out));
+  const auto queued = std::chrono::steady_clock::now();
+  billing.commit(held->body, stream ? std::string(kSse) : "application/json",
+                 [exchange, held, stream, timing, headers, queued](Status s) {
+    if (!s.isOk()) {
+      // No entry, so no usage: the client gets an error instead.
+      proxyLog()->error("request {}: committing its ledger entry failed: {}", exchange->request().id, s.toString());
+      if (!stream) return respondWithApiError(*exchange, openai::internalError());
+      exchange->send(openai::sseErrorData(openai::internalError()));
+      exchange->end();
+      return;
+    }
+    const double ledger_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - queued).count();
+    deliver(*exchange, std::move(*held), stream, timing, headers, ledger_s);
+  });
+}
+
 }  // namespace
 
-std::string serverTiming(const serving::Timing& t) {
+std::string serverTiming(const serving::Timing& t, double ledger_s) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "queue;dur=%.3f, cache;dur=%.3f, prefill;dur=%.3f, ttft;dur=%.3f, decode;dur=%.3f, total;dur=%.3f",
                 t.queued * 1e3, t.cache_lookup * 1e3, t.prefill * 1e3, t.first_token * 1e3, t.decode * 1e3,
                 t.total * 1e3);
-  return buf;
+  std::string out = buf;
+  if (ledger_s >= 0) {
+    std::snprintf(buf, sizeof buf, ", ledger;dur=%.3f", ledger_s * 1e3);
+    out += buf;
+  }
+  return out;
 }
 
 Gateway::Gateway(GatewayOptions options, serving::Scheduler& scheduler, const text::Tokenizer& tokenizer,
                  const openai::PromptEncoder& encoder, billing::KeyStore& keys, const billing::AdminKey& admin,
-                 ResponseStore* responses)
+                 ResponseStore* responses, BillingServices billing)
     : options_(std::move(options)),
       scheduler_(scheduler),
       tokenizer_(tokenizer),
@@ -98,7 +143,8 @@ Gateway::Gateway(GatewayOptions options, serving::Scheduler& scheduler, const te
       keys_(keys),
       admin_(admin),
       responses_(responses),
-      rate_limiter_(options_.rate_limits) {}
+      rate_limiter_(options_.rate_limits),
+      billing_(billing) {}
 
 void Gateway::addRoutes(Router& router) {
   router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { chatCompletions(r, e); });
@@ -188,6 +234,12 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
 
   openai::ChatResponderOptions ro;
   ro.meta.id = openai::newId("chatcmpl-");
+  bool answered = false;
+  auto billed = RequestBilling::start(billing_, *exchange, *who, options_.model_id,
+                                      billingInfo(ro.meta.id, parsed->model, systemPromptOf(parsed->prompt), parsed->stream),
+                                      1, &answered);
+  if (answered) return;
+  if (billed) ro.cost = billed->costHook();
   ro.meta.created = unixNow();
   ro.meta.model = parsed->model;
   ro.stream = parsed->stream;
@@ -205,8 +257,12 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, {});
   const int64_t reserved = reservedTokens(gen);
-  if (!admitRate(*exchange, *who, reserved, headers)) return;
-  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, *who, reserved);
+  if (!admitRate(*exchange, *who, reserved, headers)) {
+    if (billed) billed->abandon();
+    return;
+  }
+  submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, *who, reserved,
+            std::move(billed));
 }
 
 // ---------------------------------------------------------------- completions
@@ -234,6 +290,11 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
     requests.push_back(std::move(gen));
   }
   ro.meta.id = openai::newId("cmpl-");
+  bool answered = false;
+  auto billed = RequestBilling::start(billing_, *exchange, *who, options_.model_id,
+                                      billingInfo(ro.meta.id, parsed->model, "", parsed->stream), n, &answered);
+  if (answered) return;
+  if (billed) ro.cost = billed->costHook();
   ro.meta.created = unixNow();
   ro.meta.model = parsed->model;
   ro.stream = parsed->stream;
@@ -252,7 +313,10 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   for (size_t i = 0; i < n; ++i) reserved[i] = reservedTokens(requests[i]);
   int64_t unsubmitted = 0;
   for (int64_t r : reserved) unsubmitted += r;
-  if (!admitRate(*exchange, *who, unsubmitted, headers)) return;
+  if (!admitRate(*exchange, *who, unsubmitted, headers)) {
+    if (billed) billed->abandon();
+    return;
+  }
   // Holds what the prompts' sinks produce until every prompt is submitted:
   // a later prompt's refusal must be the whole response, and an earlier
   // prompt's events (its chunks, its cancellation) would otherwise reach the
@@ -262,23 +326,42 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
     std::mutex mu;
     bool open = false;     // every prompt was submitted: deliver
     bool refused = false;  // one was refused: drop everything
-    std::vector<std::pair<openai::ResponderOutput, serving::Timing>> held;
+    struct Held {
+      openai::ResponderOutput out;
+      serving::Timing timing;
+      bool last = false;  // the response's last final event: its entry is committed before it is sent
+    };
+    std::vector<Held> held;
   };
   auto gate = std::make_shared<Gate>();
   auto handles = std::make_shared<std::vector<serving::RequestHandle>>();
+  // Set once the responder finished (engine thread only): a choice that
+  // failed ends the response while the others may still be running, and
+  // their later events have nothing more to send.
+  auto ended = std::make_shared<bool>(false);
   for (size_t i = 0; i < n; ++i) {
     serving::Submission sub = scheduler_.submit(
-        std::move(requests[i]), [this, exchange, responder, stream, headers, i, gate, key = who->key_id,
+        std::move(requests[i]), [this, exchange, responder, stream, headers, i, gate, billed, ended, key = who->key_id,
                                  team = who->team, reserved = reserved[i]](serving::StreamEvent&& e) {
           // Outside the gate: refused and cancelled prompts give back their share too.
           if (e.final) rate_limiter_.settle(key, team, reserved, usedTokens(e.usage));
           openai::ResponderOutput out = responder->onEvent(i, e);
+          if (out.done && *ended) out = {};
+          if (out.done) *ended = true;
+          const bool last = billed && e.final && billed->addFinal(e);
           std::lock_guard lock(gate->mu);
-          if (gate->refused) return;
-          if (gate->open) {
-            deliver(*exchange, std::move(out), stream, e.timing, headers);
+          if (gate->refused) {
+            // The refusal was the response; the entry (refused) follows the last prompt.
+            if (last) billed->commit("", "", {});
+            return;
+          }
+          if (!gate->open) {
+            gate->held.push_back({std::move(out), e.timing, last});
+          } else if (last) {
+            commitAndDeliver(exchange, *billed, std::move(out), stream, e.timing, headers);
           } else {
-            gate->held.emplace_back(std::move(out), e.timing);
+            if (billed && stream) billed->keep(out.body);
+            deliver(*exchange, std::move(out), stream, e.timing, headers);
           }
         });
     if (!sub) {
@@ -290,19 +373,30 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
         gate->held.clear();
       }
       for (const serving::RequestHandle& h : *handles) h.cancel();
+      // The cancelled choices still end with final events; the entry
+      // (refused) is committed after the last of them.
+      if (billed && billed->submitted(i, sub.refused.reason)) billed->commit("", "", {});
       return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message,
                                                                  parsed->params, options_.retry));
     }
     unsubmitted -= reserved[i];
     handles->push_back(sub.handle);
   }
-  exchange->onDisconnect([handles] {
+  exchange->onDisconnect([handles, billed] {
+    if (billed) billed->clientGone();
     for (const serving::RequestHandle& h : *handles) h.cancel();
   });
   if (stream) exchange->startStream(200, headers);
   std::lock_guard lock(gate->mu);
   gate->open = true;
-  for (auto& [out, timing] : gate->held) deliver(*exchange, std::move(out), stream, timing, headers);
+  for (auto& h : gate->held) {
+    if (h.last) {
+      commitAndDeliver(exchange, *billed, std::move(h.out), stream, h.timing, headers);
+      continue;
+    }
+    if (billed && stream) billed->keep(h.out.body);
+    deliver(*exchange, std::move(h.out), stream, h.timing, headers);
+  }
   gate->held.clear();
 }
 
@@ -356,6 +450,12 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
 
   openai::ResponsesResponderOptions ro;
   ro.meta.id = openai::newId("resp_");
+  bool answered = false;
+  auto billed = RequestBilling::start(billing_, *exchange, *who, options_.model_id,
+                                      billingInfo(ro.meta.id, parsed->model, systemPromptOf(parsed->prompt), parsed->stream),
+                                      1, &answered);
+  if (answered) return;
+  if (billed) ro.cost = billed->costHook();
   ro.meta.created = unixNow();
   ro.meta.model = parsed->model;
   ro.stream = parsed->stream;
@@ -371,7 +471,10 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, parsed->hosted_tools);
   const int64_t reserved = reservedTokens(gen);
-  if (!admitRate(*exchange, *who, reserved, headers)) return;
+  if (!admitRate(*exchange, *who, reserved, headers)) {
+    if (billed) billed->abandon();
+    return;
+  }
   std::function<void(const openai::ResponsesResponder&)> on_done;
   if (responses_ != nullptr) {
     // On the engine thread, before the client sees the end of the response,
@@ -386,6 +489,7 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
     };
   }
   submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, *who, reserved,
+            std::move(billed),
             std::move(on_done));
 }
 
@@ -436,24 +540,34 @@ template <class Responder>
 void Gateway::submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationRequest request,
                         std::shared_ptr<Responder> responder, bool stream, HttpHeaders headers,
                         const openai::ParamNames& params, const billing::Principal& who, int64_t reserved,
+                        std::shared_ptr<RequestBilling> billed,
                         std::function<void(const Responder&)> on_done) {
   // Taken before submit(), which orders it before the first event: only the
   // engine thread calls the sink afterwards, so the responder needs no lock.
   const std::string first = responder->start();
+  if (billed && stream) billed->keep(first);
   serving::Submission sub = scheduler_.submit(
-      std::move(request), [this, exchange, responder, stream, headers, on_done = std::move(on_done), key = who.key_id,
-                           team = who.team, reserved](serving::StreamEvent&& e) {
+      std::move(request), [this, exchange, responder, stream, headers, billed, on_done = std::move(on_done),
+                           key = who.key_id, team = who.team, reserved](serving::StreamEvent&& e) {
         if (e.final) rate_limiter_.settle(key, team, reserved, usedTokens(e.usage));
         openai::ResponderOutput out = responder->onEvent(e);
         if (out.done && on_done) on_done(*responder);
+        if (billed && e.final && billed->addFinal(e)) {
+          return commitAndDeliver(exchange, *billed, std::move(out), stream, e.timing, headers);
+        }
+        if (billed && stream) billed->keep(out.body);
         deliver(*exchange, std::move(out), stream, e.timing, headers);
       });
   if (!sub) {
     rate_limiter_.settle(who.key_id, who.team, reserved, 0);
+    if (billed && billed->submitted(0, sub.refused.reason)) billed->commit("", "", {});
     return respondWithApiError(*exchange, openai::refusalError(sub.refused.reason, sub.refused.message, params,
                                                                options_.retry));
   }
-  exchange->onDisconnect([handle = sub.handle] { handle.cancel(); });
+  exchange->onDisconnect([handle = sub.handle, billed] {
+    if (billed) billed->clientGone();
+    handle.cancel();
+  });
   if (stream) {
     exchange->startStream(200, headers);
     exchange->send(first);

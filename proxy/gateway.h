@@ -10,9 +10,13 @@
 // posts them to the connection's strand). A client that goes away cancels its
 // request within one engine step.
 //
+// With a ledger (BillingServices), every generation request gets one ledger
+// entry, and the end of its response (the part with usage and usage.cost)
+// reaches the client only once the entry is durable (request_billing.h).
+//
 // Thread-safety: routes may run on every I/O thread at once; the gateway's
-// state is immutable after construction, except the key store and the
-// response store (both thread-safe).
+// state is immutable after construction, except the key store, the response
+// store and the ledger (all thread-safe).
 #pragma once
 
 #include <functional>
@@ -28,6 +32,7 @@
 #include "proxy/openai/prompt_encoder.h"
 #include "proxy/openai/request_types.h"
 #include "proxy/openai_error.h"  // respondWithApiError
+#include "proxy/request_billing.h"
 #include "proxy/response_store.h"
 #include "proxy/router.h"
 #include "serving/scheduler.h"
@@ -52,9 +57,11 @@ class Gateway {
   // `responses` (stored responses; null: none are kept, previous_response_id
   // is refused) must also outlive the scheduler's engine thread, which
   // records finished responses.
+  // `billing` (optional): the ledger and prices, which must outlive the
+  // scheduler's engine thread too (it commits entries).
   Gateway(GatewayOptions options, serving::Scheduler& scheduler, const text::Tokenizer& tokenizer,
           const openai::PromptEncoder& encoder, billing::KeyStore& keys, const billing::AdminKey& admin,
-          ResponseStore* responses = nullptr);
+          ResponseStore* responses = nullptr, BillingServices billing = {});
 
   void addRoutes(Router& router);
 
@@ -76,6 +83,7 @@ class Gateway {
   void submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationRequest request,
                  std::shared_ptr<Responder> responder, bool stream, HttpHeaders headers,
                  const openai::ParamNames& params, const billing::Principal& who, int64_t reserved,
+                 std::shared_ptr<RequestBilling> billing,
                  std::function<void(const Responder&)> on_done = {});
   void chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void completions(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
@@ -95,6 +103,7 @@ class Gateway {
   const billing::AdminKey& admin_;
   ResponseStore* const responses_;
   billing::RateLimiter rate_limiter_;
+  const BillingServices billing_;
 };
 
 // True when the request carries the admin key as its Bearer token;
@@ -103,7 +112,9 @@ bool requireAdminKey(Exchange& exchange, const billing::AdminKey& admin);
 
 // "queue;dur=1.200, cache;dur=0.300, prefill;dur=40.100, ttft;dur=41.700,
 // decode;dur=220.500, total;dur=262.200" (milliseconds; total: submit to the
-// final event, the engine's share of what the client waited).
-std::string serverTiming(const serving::Timing& timing);
+// final event, the engine's share of what the client waited), then
+// ", ledger;dur=0.900" when ledger_s >= 0 (the final event to its entry
+// being durable: what billing added to the wait).
+std::string serverTiming(const serving::Timing& timing, double ledger_s = -1);
 
 }  // namespace lg::proxy

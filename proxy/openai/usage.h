@@ -9,9 +9,9 @@
 // Responses (UsageStyle::kResponses):
 //   {"input_tokens", "input_tokens_details": {"cached_tokens"},
 //    "output_tokens", "output_tokens_details": {"reasoning_tokens"}, "total_tokens"}
-// Both get "cost" when the cost hook returns an object (billing, a later
-// issue: {"currency", "input_cache_hit", "input_cache_miss", "output", "total"}
-// as exact decimal strings, docs/openai-api.md).
+// Both get "cost" when the cost hook returns an object (billing:
+// {"currency", "input_cache_hit", "input_cache_miss", "output", "total"} as
+// exact decimal strings, docs/openai-api.md, docs/billing.md).
 #pragma once
 
 #include <cstdint>
@@ -42,9 +42,11 @@ struct UsageCounts {
 
 enum class UsageStyle : uint8_t { kChat, kResponses };
 
-// THE COST HOOK. Billing sets it on the responder: called once with the
-// response's final counts, after the ledger committed them; the object it
-// returns is added as usage.cost. Empty hook or nullopt: no cost field.
+// THE COST HOOK. Billing sets it on the responder (proxy/request_billing.h):
+// called with the response's final counts when the responder builds the end
+// of the response; the object it returns is added as usage.cost. The gateway
+// sends that end only once the request's ledger entry is durable. Empty hook
+// or nullopt: no cost field.
 using UsageCostHook = std::function<std::optional<nlohmann::json>(const UsageCounts&)>;
 
 nlohmann::json usageJson(const UsageCounts& usage, UsageStyle style, const UsageCostHook& cost = {});

@@ -2,9 +2,9 @@
 # End-to-end tests with real clients: starts `latentgate serve` on its
 # embedded default (a fresh data dir: the demo model made at first start, a
 # local CA) on a free port, then runs the openai SDK tests with the CA trusted
-# through NODE_EXTRA_CA_CERTS, Codex CLI through a custom Responses provider,
-# and curl's view of the SSE framing.
-# Usage: run.sh LATENTGATE_BINARY
+# through NODE_EXTRA_CA_CERTS (billing's too), Codex CLI through a custom
+# Responses provider, and curl's view of the SSE framing.
+# Usage: run.sh LATENTGATE_BINARY [TEST.mjs ...]  (default: all of them)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 binary=$1
@@ -33,7 +33,12 @@ export LG_URL=$(sed -E 's#.* at (https://[^ ]+)/v1.*#\1#' <<<"$line")
 export LG_MODEL=$(sed -E 's#.*serving ([^ ]+) at.*#\1#' <<<"$line")
 export NODE_EXTRA_CA_CERTS=$data/tls/ca.crt
 status=0
-node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" "$here/codex.test.mjs" || status=1
-"$here/curl_sse.sh" || status=1
+shift
+if [[ $# -gt 0 ]]; then
+  node --test --test-concurrency=1 "${@/#/$here/}" || status=1
+else
+  node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" "$here/billing.test.mjs" "$here/codex.test.mjs" || status=1
+  "$here/curl_sse.sh" || status=1
+fi
 [[ $status == 0 ]] || { echo "--- server log"; tail -50 "$log"; }
 exit $status

@@ -1,0 +1,562 @@
+#include "billing/ledger.h"
+
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cinttypes>
+#include <cstdio>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+namespace lg::billing {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kEntryPrefix = "led/e/";
+constexpr std::string_view kIdPrefix = "led/id/";
+constexpr std::string_view kIdempotencyPrefix = "led/idem/";
+constexpr std::string_view kAggPrefix = "agg/";
+constexpr int64_t kHourUs = int64_t{3600} * 1'000'000;
+
+std::string padded(int64_t v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*" PRId64, digits, v);
+  return buf;
+}
+
+std::string entryKey(int64_t start_us, std::string_view request_id) {
+  return std::string(kEntryPrefix) + padded(std::max<int64_t>(start_us, 0), 16) + "/" + std::string(request_id);
+}
+
+std::string idempotencyKey(std::string_view key_id, std::string_view key_hash) {
+  return std::string(kIdempotencyPrefix) + std::string(key_id) + "/" + std::string(key_hash);
+}
+
+int64_t hourOf(int64_t unix_us) { return std::max<int64_t>(unix_us, 0) / kHourUs; }
+
+std::string_view dimensionName(GroupBy g) {
+  switch (g) {
+    case GroupBy::kKey: return "key";
+    case GroupBy::kTeam: return "team";
+    case GroupBy::kModel: return "model";
+    case GroupBy::kSystemPrompt: return "sp";
+    case GroupBy::kNone: break;
+  }
+  return "team";
+}
+
+std::string aggKey(GroupBy g, int64_t hour, std::string_view value) {
+  return std::string(kAggPrefix) + std::string(dimensionName(g)) + "/" + padded(hour, 10) + "/" + std::string(value);
+}
+
+std::string hexOf(const unsigned char* data, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[data[i] >> 4];
+    out += kDigits[data[i] & 15];
+  }
+  return out;
+}
+
+std::string sha256Hex(std::string_view data, size_t bytes = SHA256_DIGEST_LENGTH) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  return hexOf(digest, bytes);
+}
+
+json ratesJson(const Rates& r) {
+  return json{{"input_cache_hit", r.input_cache_hit}, {"input_cache_miss", r.input_cache_miss}, {"output", r.output}};
+}
+
+json entryToJson(const LedgerEntry& e) {
+  return json{{"request_id", e.request_id},
+              {"response_id", e.response_id},
+              {"key_id", e.key_id},
+              {"team", e.team},
+              {"model", e.model},
+              {"requested_model", e.requested_model},
+              {"endpoint", e.endpoint},
+              {"system_prompt", e.system_prompt},
+              {"idempotency_key", e.idempotency_key},
+              {"start_us", e.start_us},
+              {"end_us", e.end_us},
+              {"ttft_us", e.ttft_us},
+              {"prompt_tokens", e.prompt_tokens},
+              {"hit_tokens_tier0", e.hit_tokens_tier0},
+              {"hit_tokens_disk", e.hit_tokens_disk},
+              {"miss_tokens", e.miss_tokens},
+              {"output_tokens", e.output_tokens},
+              {"choices", e.choices},
+              // Pico-dollars per token: integers, exact.
+              {"rates", ratesJson(e.prices.rates)},
+              {"price_version", e.prices.version},
+              {"priced_as", e.prices.priced_as},
+              {"price_window", e.prices.window},
+              {"cost", json{{"input_cache_hit", e.cost.input_cache_hit},
+                            {"input_cache_miss", e.cost.input_cache_miss},
+                            {"output", e.cost.output}}},
+              {"status", entryStatusName(e.status)},
+              {"finish_reason", e.finish_reason}};
+}
+
+template <class T>
+bool take(const json& j, const char* field, T& out) {
+  if (!j.contains(field)) return false;
+  const json& v = j[field];
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) return false;
+  } else {
+    if (!v.is_number_integer()) return false;
+  }
+  out = v.get<T>();
+  return true;
+}
+
+json recordToJson(const IdempotencyRecord& r) {
+  return json{{"request_id", r.request_id}, {"request_digest", r.request_digest},
+              {"status", entryStatusName(r.status)}, {"created_us", r.created_us},
+              {"stream", r.stream}, {"content_type", r.content_type},
+              {"body", r.body}, {"body_kept", r.body_kept}};
+}
+
+Result<IdempotencyRecord> recordFromJson(std::string_view text) {
+  const json j = json::parse(text, nullptr, false);
+  IdempotencyRecord r;
+  std::string status;
+  if (j.is_discarded() || !j.is_object() || !take(j, "request_id", r.request_id) ||
+      !take(j, "request_digest", r.request_digest) || !take(j, "status", status) ||
+      !take(j, "created_us", r.created_us) || !take(j, "content_type", r.content_type) || !take(j, "body", r.body) ||
+      !j.contains("stream") || !j["stream"].is_boolean() || !j.contains("body_kept") || !j["body_kept"].is_boolean() ||
+      !parseEntryStatus(status)) {
+    return dataLoss("billing store: an idempotency record is corrupt");
+  }
+  r.status = *parseEntryStatus(status);
+  r.stream = j["stream"].get<bool>();
+  r.body_kept = j["body_kept"].get<bool>();
+  return r;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- entries
+
+std::string_view entryStatusName(EntryStatus s) {
+  switch (s) {
+    case EntryStatus::kCompleted: return "completed";
+    case EntryStatus::kCancelled: return "cancelled";
+    case EntryStatus::kFailed: return "failed";
+    case EntryStatus::kRefused: return "refused";
+  }
+  return "?";
+}
+
+std::optional<EntryStatus> parseEntryStatus(std::string_view name) {
+  for (EntryStatus s : {EntryStatus::kCompleted, EntryStatus::kCancelled, EntryStatus::kFailed, EntryStatus::kRefused}) {
+    if (entryStatusName(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
+void LedgerEntry::price() {
+  cost = billable(status) ? costOf(prices.rates, hitTokens(), miss_tokens, output_tokens) : Cost{};
+}
+
+std::string encodeEntry(const LedgerEntry& e) { return entryToJson(e).dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string entryJson(const LedgerEntry& e) { return encodeEntry(e); }
+
+Result<LedgerEntry> decodeEntry(std::string_view text) {
+  const json j = json::parse(text, nullptr, false);
+  LedgerEntry e;
+  std::string status;
+  const auto bad = [] { return dataLoss("billing store: a ledger entry is corrupt"); };
+  if (j.is_discarded() || !j.is_object()) return bad();
+  bool ok = take(j, "request_id", e.request_id) && take(j, "response_id", e.response_id) &&
+            take(j, "key_id", e.key_id) && take(j, "team", e.team) && take(j, "model", e.model) &&
+            take(j, "requested_model", e.requested_model) && take(j, "endpoint", e.endpoint) &&
+            take(j, "system_prompt", e.system_prompt) && take(j, "idempotency_key", e.idempotency_key) &&
+            take(j, "start_us", e.start_us) && take(j, "end_us", e.end_us) && take(j, "ttft_us", e.ttft_us) &&
+            take(j, "prompt_tokens", e.prompt_tokens) && take(j, "hit_tokens_tier0", e.hit_tokens_tier0) &&
+            take(j, "hit_tokens_disk", e.hit_tokens_disk) && take(j, "miss_tokens", e.miss_tokens) &&
+            take(j, "output_tokens", e.output_tokens) && take(j, "choices", e.choices) &&
+            take(j, "price_version", e.prices.version) && take(j, "priced_as", e.prices.priced_as) &&
+            take(j, "price_window", e.prices.window) && take(j, "status", status) &&
+            take(j, "finish_reason", e.finish_reason);
+  if (!ok || !j.contains("rates") || !j["rates"].is_object() || !j.contains("cost") || !j["cost"].is_object()) return bad();
+  const json& r = j["rates"];
+  const json& c = j["cost"];
+  ok = take(r, "input_cache_hit", e.prices.rates.input_cache_hit) &&
+       take(r, "input_cache_miss", e.prices.rates.input_cache_miss) && take(r, "output", e.prices.rates.output) &&
+       take(c, "input_cache_hit", e.cost.input_cache_hit) && take(c, "input_cache_miss", e.cost.input_cache_miss) &&
+       take(c, "output", e.cost.output);
+  const auto parsed = parseEntryStatus(status);
+  if (!ok || !parsed) return bad();
+  e.status = *parsed;
+  return e;
+}
+
+Counters countersOf(const LedgerEntry& e) {
+  Counters c{};
+  c[kRequests] = 1;
+  c[kCompleted] = e.status == EntryStatus::kCompleted;
+  c[kCancelled] = e.status == EntryStatus::kCancelled;
+  c[kFailed] = e.status == EntryStatus::kFailed;
+  c[kRefused] = e.status == EntryStatus::kRefused;
+  c[kPromptTokens] = static_cast<uint64_t>(e.prompt_tokens);
+  c[kHitTokensTier0] = static_cast<uint64_t>(e.hit_tokens_tier0);
+  c[kHitTokensDisk] = static_cast<uint64_t>(e.hit_tokens_disk);
+  c[kMissTokens] = static_cast<uint64_t>(e.miss_tokens);
+  c[kOutputTokens] = static_cast<uint64_t>(e.output_tokens);
+  c[kCostHit] = static_cast<uint64_t>(e.cost.input_cache_hit);
+  c[kCostMiss] = static_cast<uint64_t>(e.cost.input_cache_miss);
+  c[kCostOutput] = static_cast<uint64_t>(e.cost.output);
+  c[kHitAtMissPrice] = billable(e.status) ? static_cast<uint64_t>(e.hitTokens() * e.prices.rates.input_cache_miss) : 0;
+  return c;
+}
+
+void addCounters(Counters& into, const Counters& more) {
+  for (size_t i = 0; i < kCounterSlots; ++i) into[i] += more[i];
+}
+
+std::vector<std::string> aggregateKeys(const LedgerEntry& e) {
+  const int64_t hour = hourOf(e.start_us);
+  return {aggKey(GroupBy::kKey, hour, e.team + "/" + e.key_id), aggKey(GroupBy::kTeam, hour, e.team),
+          aggKey(GroupBy::kModel, hour, e.model),
+          aggKey(GroupBy::kSystemPrompt, hour, e.team + "/" + (e.system_prompt.empty() ? "-" : e.system_prompt))};
+}
+
+std::optional<GroupBy> parseGroupBy(std::string_view name) {
+  if (name == "key") return GroupBy::kKey;
+  if (name == "team") return GroupBy::kTeam;
+  if (name == "model") return GroupBy::kModel;
+  if (name == "system_prompt") return GroupBy::kSystemPrompt;
+  return std::nullopt;
+}
+
+std::string_view groupByName(GroupBy g) {
+  switch (g) {
+    case GroupBy::kKey: return "key";
+    case GroupBy::kTeam: return "team";
+    case GroupBy::kModel: return "model";
+    case GroupBy::kSystemPrompt: return "system_prompt";
+    case GroupBy::kNone: break;
+  }
+  return "";
+}
+
+std::string systemPromptFingerprint(const std::vector<std::pair<std::string_view, std::string_view>>& messages) {
+  if (messages.empty()) return "";
+  std::string data = "lg-system-prompt-v1";
+  const auto field = [&](std::string_view s) {
+    const uint64_t n = s.size();
+    for (int b = 0; b < 8; ++b) data += static_cast<char>((n >> (8 * b)) & 0xff);
+    data += s;
+  };
+  for (const auto& [role, text] : messages) {
+    field(role);
+    field(text);
+  }
+  return sha256Hex(data, 16);
+}
+
+std::string idempotencyKeyHash(std::string_view key) { return sha256Hex(key); }
+
+std::string requestDigest(std::string_view endpoint, std::string_view body) {
+  std::string data(endpoint);
+  data += '\0';
+  data += body;
+  return sha256Hex(data);
+}
+
+// ------------------------------------------------------------------ Ledger
+
+Ledger::Ledger(BillingDb& db, LedgerOptions options)
+    : db_(db), options_(options) {
+  stats_.commit_ms = Histogram::exponential(0.05, 2, 18);
+  stats_.batch_size = Histogram::exponential(1.5, 2, 14);
+}
+
+Result<std::unique_ptr<Ledger>> Ledger::open(BillingDb& db, LedgerOptions options) {
+  if (options.max_batch == 0) return invalidArgument("ledger: max_batch must be at least 1");
+  std::unique_ptr<Ledger> ledger(new Ledger(db, options));
+  ledger->committer_ = std::thread([l = ledger.get()] { l->run(); });
+  return ledger;
+}
+
+Ledger::~Ledger() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (committer_.joinable()) committer_.join();
+}
+
+void Ledger::commit(LedgerEntry entry, std::optional<IdempotencyCommit> idempotency, Callback done) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(Pending{std::move(entry), std::move(idempotency), std::move(done), std::chrono::steady_clock::now()});
+  }
+  cv_.notify_one();
+}
+
+void Ledger::run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything committed
+    // Everything that queued while the last write synced goes into this one.
+    std::vector<Pending> batch;
+    const size_t n = std::min(queue_.size(), options_.max_batch);
+    batch.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    lock.unlock();
+    commitBatch(batch);
+    lock.lock();
+  }
+}
+
+void Ledger::commitBatch(std::vector<Pending>& batch) {
+  std::vector<Status> results(batch.size());
+  WriteOps ops;
+  std::map<std::string, Counters> sums;  // one merge per aggregate key per batch
+  std::set<std::string> ids;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const LedgerEntry& e = batch[i].entry;
+    const std::string id_key = std::string(kIdPrefix) + e.request_id;
+    if (e.request_id.empty()) {
+      results[i] = invalidArgument("ledger: an entry without a request id");
+      continue;
+    }
+    if (!ids.insert(e.request_id).second) {
+      results[i] = Status(StatusCode::kAlreadyExists, "ledger: request " + e.request_id + " already has an entry");
+      continue;
+    }
+    auto existing = db_.get(id_key);
+    if (!existing.isOk()) {
+      results[i] = existing.status();
+      continue;
+    }
+    if (existing->has_value()) {
+      results[i] = Status(StatusCode::kAlreadyExists, "ledger: request " + e.request_id + " already has an entry");
+      continue;
+    }
+    ops.puts.emplace_back(entryKey(e.start_us, e.request_id), encodeEntry(e));
+    ops.puts.emplace_back(id_key, std::to_string(e.start_us));
+    const Counters c = countersOf(e);
+    for (const std::string& k : aggregateKeys(e)) {
+      auto [it, inserted] = sums.try_emplace(k, Counters{});
+      addCounters(it->second, c);
+    }
+    if (batch[i].idempotency && batch[i].idempotency->record) {
+      const IdempotencyCommit& ic = *batch[i].idempotency;
+      ops.puts.emplace_back(idempotencyKey(ic.key_id, ic.key_hash),
+                            recordToJson(*ic.record).dump(-1, ' ', false, json::error_handler_t::replace));
+    }
+  }
+  for (const auto& [k, c] : sums) ops.merges.emplace_back(k, encodeCounters(std::vector<uint64_t>(c.begin(), c.end())));
+  Status written = ops.puts.empty() ? Status::ok() : db_.apply(ops, /*sync=*/true);
+  {
+    // After the write: a retry arriving now finds the record.
+    std::lock_guard lock(claims_mu_);
+    for (const Pending& p : batch) {
+      if (p.idempotency) claims_.erase({p.idempotency->key_id, p.idempotency->key_hash});
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(stats_mu_);
+    ++stats_.batches;
+    stats_.batch_size.observe(static_cast<double>(batch.size()));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (results[i].isOk() && written.isOk()) {
+        ++stats_.entries;
+        stats_.commit_ms.observe(std::chrono::duration<double, std::milli>(now - batch[i].queued).count());
+      } else {
+        ++stats_.failed;
+      }
+    }
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].done) batch[i].done(results[i].isOk() ? written : results[i]);
+  }
+}
+
+LedgerStats Ledger::stats() const {
+  std::lock_guard lock(stats_mu_);
+  return stats_;
+}
+
+// ----------------------------------------------------------- idempotency
+
+Result<Ledger::Claim> Ledger::claim(const std::string& key_id, const std::string& key_hash) {
+  {
+    std::lock_guard lock(claims_mu_);
+    if (!claims_.insert({key_id, key_hash}).second) return Claim{ClaimState::kInFlight, std::nullopt};
+  }
+  // Claimed: no commit for this key can be under way, so the store's answer
+  // is final until we release it.
+  auto stored = db_.get(idempotencyKey(key_id, key_hash));
+  if (!stored.isOk() || stored->has_value()) {
+    release(key_id, key_hash);
+    if (!stored.isOk()) return stored.status();
+    LG_ASSIGN_OR_RETURN(IdempotencyRecord record, recordFromJson(**stored));
+    return Claim{ClaimState::kDone, std::move(record)};
+  }
+  return Claim{ClaimState::kClaimed, std::nullopt};
+}
+
+void Ledger::release(const std::string& key_id, const std::string& key_hash) {
+  std::lock_guard lock(claims_mu_);
+  claims_.erase({key_id, key_hash});
+}
+
+// ----------------------------------------------------------------- reads
+
+Result<std::optional<LedgerEntry>> Ledger::find(const std::string& request_id) const {
+  LG_ASSIGN_OR_RETURN(std::optional<std::string> start, db_.get(std::string(kIdPrefix) + request_id));
+  if (!start) return std::optional<LedgerEntry>();
+  int64_t start_us = 0;
+  const auto [end, ec] = std::from_chars(start->data(), start->data() + start->size(), start_us);
+  if (ec != std::errc() || end != start->data() + start->size()) {
+    return dataLoss("billing store: the index of " + request_id + " is corrupt");
+  }
+  LG_ASSIGN_OR_RETURN(std::optional<std::string> value, db_.get(entryKey(start_us, request_id)));
+  if (!value) return dataLoss("billing store: the entry of " + request_id + " is missing");
+  LG_ASSIGN_OR_RETURN(LedgerEntry e, decodeEntry(*value));
+  return std::optional<LedgerEntry>(std::move(e));
+}
+
+Status Ledger::scanEntries(int64_t from_us, int64_t to_us, const std::function<bool(const LedgerEntry&)>& fn) const {
+  Status bad;
+  const std::string begin = std::string(kEntryPrefix) + padded(std::max<int64_t>(from_us, 0), 16);
+  const std::string end = std::string(kEntryPrefix) + padded(std::max<int64_t>(to_us, 0), 16);
+  LG_RETURN_IF_ERROR(db_.scanRange(begin, end, [&](std::string_view, std::string_view value) {
+    auto e = decodeEntry(value);
+    if (!e.isOk()) {
+      bad = e.status();
+      return false;
+    }
+    return fn(*e);
+  }));
+  return bad;
+}
+
+Result<std::vector<UsageRow>> Ledger::usage(const UsageQuery& q) const {
+  GroupBy dim = q.group_by;
+  if (!q.key_id.empty()) {
+    if (dim != GroupBy::kNone && dim != GroupBy::kKey) return invalidArgument("usage by key can be grouped by key only");
+    dim = GroupBy::kKey;
+  } else if (!q.team.empty() && dim == GroupBy::kModel) {
+    return invalidArgument("usage by model cannot be limited to a team");
+  }
+  if (dim == GroupBy::kNone) dim = GroupBy::kTeam;  // every entry is in exactly one team row
+  const int64_t from_hour = std::max<int64_t>(q.from_s, 0) / 3600;
+  const int64_t to_hour = (std::max<int64_t>(q.to_s, 0) + 3599) / 3600;
+  const std::string prefix = std::string(kAggPrefix) + std::string(dimensionName(dim)) + "/";
+  std::map<std::tuple<std::string, std::string, int64_t>, Counters> rows;
+  Status bad;
+  LG_RETURN_IF_ERROR(db_.scanRange(prefix + padded(from_hour, 10), prefix + padded(to_hour, 10),
+                                   [&](std::string_view key, std::string_view value) {
+    std::string_view rest = key.substr(prefix.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos) return true;
+    int64_t hour = 0;
+    for (char c : rest.substr(0, slash)) hour = hour * 10 + (c - '0');
+    std::string_view v = rest.substr(slash + 1);
+    std::string team, group(v);
+    if (dim == GroupBy::kKey || dim == GroupBy::kSystemPrompt) {
+      const size_t s2 = v.find('/');
+      if (s2 == std::string_view::npos) return true;
+      team = std::string(v.substr(0, s2));
+      group = std::string(v.substr(s2 + 1));
+      if (dim == GroupBy::kSystemPrompt && group == "-") group.clear();
+    } else if (dim == GroupBy::kTeam) {
+      team = group;
+    }
+    if (!q.key_id.empty() && group != q.key_id) return true;
+    if (!q.team.empty() && team != q.team) return true;
+    auto counters = decodeCounters(value);
+    if (!counters.isOk()) {
+      bad = counters.status();
+      return false;
+    }
+    Counters c{};
+    for (size_t i = 0; i < std::min(counters->size(), c.size()); ++i) c[i] = (*counters)[i];
+    if (q.group_by == GroupBy::kNone) {
+      group.clear();
+      team = q.team;
+    }
+    const int64_t period = q.granularity_s > 0 ? (hour * 3600) / q.granularity_s * q.granularity_s : -1;
+    addCounters(rows[{group, team, period}], c);
+    return true;
+  }));
+  LG_RETURN_IF_ERROR(bad);
+  std::vector<UsageRow> out;
+  out.reserve(rows.size());
+  for (auto& [k, c] : rows) out.push_back(UsageRow{std::get<0>(k), std::get<1>(k), std::get<2>(k), c});
+  return out;
+}
+
+Result<VerifyReport> Ledger::verify() const {
+  VerifyReport report;
+  std::map<std::string, Counters> expected;
+  Status bad;
+  LG_RETURN_IF_ERROR(db_.scan(kEntryPrefix, [&](std::string_view, std::string_view value) {
+    auto e = decodeEntry(value);
+    if (!e.isOk()) {
+      bad = e.status();
+      return false;
+    }
+    ++report.entries;
+    const Counters c = countersOf(*e);
+    for (const std::string& k : aggregateKeys(*e)) addCounters(expected[k], c);
+    return true;
+  }));
+  LG_RETURN_IF_ERROR(bad);
+  const auto show = [](const Counters& c) {
+    std::string s;
+    for (uint64_t v : c) s += (s.empty() ? "" : ",") + std::to_string(v);
+    return "[" + s + "]";
+  };
+  std::set<std::string> seen;
+  LG_RETURN_IF_ERROR(db_.scan(kAggPrefix, [&](std::string_view key, std::string_view value) {
+    ++report.aggregate_keys;
+    const std::string k(key);
+    seen.insert(k);
+    auto decoded = decodeCounters(value);
+    Counters stored{};
+    if (decoded.isOk()) {
+      for (size_t i = 0; i < decoded->size(); ++i) {
+        if (i < stored.size()) {
+          stored[i] = (*decoded)[i];
+        } else if ((*decoded)[i] != 0) {
+          report.mismatches.push_back(k + ": a counter beyond the known ones is not zero");
+        }
+      }
+    }
+    const auto it = expected.find(k);
+    const Counters want = it == expected.end() ? Counters{} : it->second;
+    if (!decoded.isOk() || stored != want) {
+      if (report.mismatches.size() < 20) {
+        report.mismatches.push_back(k + ": stored " + (decoded.isOk() ? show(stored) : "corrupt") + ", entries " + show(want));
+      }
+    }
+    return true;
+  }));
+  for (const auto& [k, c] : expected) {
+    if (!seen.contains(k) && report.mismatches.size() < 20) {
+      report.mismatches.push_back(k + ": missing, entries " + show(c));
+    }
+  }
+  return report;
+}
+
+}  // namespace lg::billing

@@ -1,0 +1,254 @@
+// Ledger: one durable entry per generation request, with the tokens it used
+// by kind, the rates it paid and its exact cost, plus counters per key, team,
+// model and system prompt per hour that always equal the sum of the entries
+// (docs/billing.md).
+//
+// Commits are grouped: commit() queues an entry and returns at once; one
+// committer thread writes everything queued meanwhile as one synced RocksDB
+// WriteBatch (the entries, their id index, their counters as merges and their
+// idempotency records) and then runs each entry's callback with the result.
+// Callers hand the client the end of its response from that callback, so a
+// response a client saw complete has a committed entry, and no fsync ever
+// runs on the engine thread or an I/O thread.
+//
+// Layout in the billing store (keys; values are JSON unless noted):
+//   led/e/<start us, 16 digits>/<request id>   the entry
+//   led/id/<request id>                        <start us>: finds an entry by id, keeps ids unique
+//   led/idem/<key id>/<SHA-256 of the Idempotency-Key, hex>   the request that used it
+//   agg/<dimension>/<hour, 10 digits>/<value>  counters (encodeCounters, merged):
+//     key: <team>/<key id>, team: <team>, model: <model>, sp: <team>/<fingerprint or "-">
+//
+// Thread-safety: every method may be called from any thread. Callbacks run
+// on the committer thread, one at a time, and must not block.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "billing/billing_db.h"
+#include "billing/prices.h"
+#include "common/histogram.h"
+#include "common/status.h"
+
+namespace lg::billing {
+
+enum class EntryStatus : uint8_t {
+  kCompleted,  // the response was delivered in full (stop, length, tool calls)
+  kCancelled,  // the client went away; billed for what was computed until then
+  kFailed,     // the server could not finish it (engine error, shutdown): not billed
+  kRefused,    // never admitted (queue full, queue timeout, ...): not billed
+};
+std::string_view entryStatusName(EntryStatus status);  // "completed", ...
+std::optional<EntryStatus> parseEntryStatus(std::string_view name);
+// Whether an entry of this status is charged its cost.
+inline bool billable(EntryStatus s) { return s == EntryStatus::kCompleted || s == EntryStatus::kCancelled; }
+
+struct LedgerEntry {
+  std::string request_id;    // the x-request-id the client was sent
+  std::string response_id;   // chatcmpl-..., cmpl-..., resp_...
+  std::string key_id;
+  std::string team;
+  std::string model;             // the served model that ran it (what prices name)
+  std::string requested_model;   // as the client named it (an alias, say)
+  std::string endpoint;          // "/v1/chat/completions", ...
+  std::string system_prompt;     // fingerprint (systemPromptFingerprint); empty: none
+  std::string idempotency_key;   // SHA-256 hex of the Idempotency-Key header; empty: none
+  int64_t start_us = 0;          // Unix microseconds: request received (prices and hour buckets use it)
+  int64_t end_us = 0;            // final event
+  int64_t ttft_us = -1;          // submit to first generated token; -1: none generated
+  int64_t prompt_tokens = 0;
+  int64_t hit_tokens_tier0 = 0;  // prompt tokens reused from the latent pool
+  int64_t hit_tokens_disk = 0;   // ... restored from the disk tier
+  int64_t miss_tokens = 0;       // prompt tokens computed
+  int64_t output_tokens = 0;
+  int32_t choices = 1;           // scheduler requests summed (completions with several prompts)
+  AppliedRates prices;
+  Cost cost;                     // costOf(prices, hits, miss, output) when billable, else zero
+  EntryStatus status = EntryStatus::kCompleted;
+  std::string finish_reason;     // "stop", "length", "tool_calls", "cancelled", "error", "refused:queue_full", ...
+
+  int64_t hitTokens() const { return hit_tokens_tier0 + hit_tokens_disk; }
+  // Sets `cost` from the token counts, the rates and the status.
+  void price();
+};
+
+std::string encodeEntry(const LedgerEntry& entry);
+Result<LedgerEntry> decodeEntry(std::string_view json_text);
+// The entry as the admin API shows it (nlohmann-free: JSON text).
+std::string entryJson(const LedgerEntry& entry);
+
+// The counters kept per dimension and hour, slot by slot.
+enum CounterSlot : size_t {
+  kRequests, kCompleted, kCancelled, kFailed, kRefused,
+  kPromptTokens, kHitTokensTier0, kHitTokensDisk, kMissTokens, kOutputTokens,
+  kCostHit, kCostMiss, kCostOutput,
+  kHitAtMissPrice,  // the hit tokens at the miss rate: what the cache saved = this - kCostHit
+  kCounterSlots
+};
+using Counters = std::array<uint64_t, kCounterSlots>;
+Counters countersOf(const LedgerEntry& entry);
+void addCounters(Counters& into, const Counters& more);
+// Tokens count whatever was computed; costs only billable entries.
+inline Int128 costTotal(const Counters& c) {
+  return static_cast<Int128>(c[kCostHit]) + c[kCostMiss] + c[kCostOutput];
+}
+
+// The aggregate keys an entry adds its counters to.
+std::vector<std::string> aggregateKeys(const LedgerEntry& entry);
+
+// What a request with an Idempotency-Key left for its retries.
+struct IdempotencyRecord {
+  std::string request_id;
+  std::string request_digest;  // requestDigest() of the first request: a retry must match it
+  EntryStatus status = EntryStatus::kCompleted;
+  int64_t created_us = 0;
+  bool stream = false;
+  std::string content_type;
+  std::string body;            // the whole response (JSON body or SSE transcript); empty when not kept
+  bool body_kept = false;
+};
+
+// What a commit does with a claimed Idempotency-Key: always releases the
+// claim; writes `record` when present (completed and cancelled requests).
+struct IdempotencyCommit {
+  std::string key_id;
+  std::string key_hash;
+  std::optional<IdempotencyRecord> record;
+};
+
+enum class GroupBy : uint8_t { kNone, kKey, kTeam, kModel, kSystemPrompt };
+std::optional<GroupBy> parseGroupBy(std::string_view name);  // "key", "team", "model", "system_prompt"
+std::string_view groupByName(GroupBy g);
+
+struct UsageQuery {
+  GroupBy group_by = GroupBy::kNone;
+  int64_t from_s = 0;          // rounded down to the hour
+  int64_t to_s = 0;            // exclusive, rounded up to the hour
+  int64_t granularity_s = 0;   // 0: one row per group; 3600 or 86400: per period too
+  std::string key_id;          // only this key (group_by none or key)
+  std::string team;            // only this team (group_by none, key, team or system_prompt)
+};
+
+struct UsageRow {
+  std::string group;          // the key id, team, model or fingerprint ("" for none); empty with kNone
+  std::string team;           // for keys and system prompts
+  int64_t period_start_s = -1;  // with a granularity
+  Counters counters{};
+};
+
+struct LedgerOptions {
+  size_t max_batch = 4096;                 // entries per WriteBatch
+  size_t max_replay_bytes = size_t{4} << 20;  // a response kept for Idempotency-Key replays, at most
+};
+
+struct LedgerStats {
+  uint64_t entries = 0;
+  uint64_t batches = 0;
+  uint64_t failed = 0;    // entries whose commit failed
+  Histogram commit_ms;    // commit() to durable, per entry
+  Histogram batch_size;   // entries per synced write
+};
+
+struct VerifyReport {
+  uint64_t entries = 0;
+  uint64_t aggregate_keys = 0;
+  std::vector<std::string> mismatches;  // the first few aggregate keys that differ, with both values
+  bool ok() const { return mismatches.empty(); }
+};
+
+class Ledger {
+ public:
+  using Callback = std::function<void(Status)>;
+
+  // `db` must outlive the ledger; open registers nothing in it but reads.
+  static Result<std::unique_ptr<Ledger>> open(BillingDb& db, LedgerOptions options = {});
+  // Commits what is queued, then stops the committer.
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // Queues `entry` (and the idempotency record) for the next group commit;
+  // `done` runs on the committer thread once it is durable (OK), or failed
+  // (AlreadyExists for a request id already in the ledger, the store's
+  // error otherwise). Never blocks on I/O. After the destructor started,
+  // commits still complete before it returns.
+  void commit(LedgerEntry entry, std::optional<IdempotencyCommit> idempotency, Callback done);
+
+  // Idempotency-Key claims: one request at a time per (key id, key hash).
+  enum class ClaimState : uint8_t { kClaimed, kInFlight, kDone };
+  struct Claim {
+    ClaimState state = ClaimState::kClaimed;
+    std::optional<IdempotencyRecord> record;  // kDone
+  };
+  // kClaimed: the caller now holds it and must commit() with an
+  // IdempotencyCommit naming it (which releases it). kInFlight: another
+  // request holds it. kDone: an earlier request used it (its record).
+  Result<Claim> claim(const std::string& key_id, const std::string& key_hash);
+  // Releases a claim without a commit (a request refused before it ran).
+  void release(const std::string& key_id, const std::string& key_hash);
+
+  Result<std::optional<LedgerEntry>> find(const std::string& request_id) const;
+  // Entries with start_us in [from_us, to_us), in start order, until fn returns false.
+  Status scanEntries(int64_t from_us, int64_t to_us, const std::function<bool(const LedgerEntry&)>& fn) const;
+  Result<std::vector<UsageRow>> usage(const UsageQuery& query) const;
+  // Recomputes every counter from the entries and compares with the store.
+  Result<VerifyReport> verify() const;
+
+  LedgerStats stats() const;
+  const LedgerOptions& options() const { return options_; }
+
+ private:
+  struct Pending {
+    LedgerEntry entry;
+    std::optional<IdempotencyCommit> idempotency;
+    Callback done;
+    std::chrono::steady_clock::time_point queued;
+  };
+  Ledger(BillingDb& db, LedgerOptions options);
+  void run();
+  void commitBatch(std::vector<Pending>& batch);
+
+  BillingDb& db_;
+  const LedgerOptions options_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;  // guarded by mu_
+  bool stopping_ = false;      // guarded by mu_
+
+  mutable std::mutex claims_mu_;
+  std::set<std::pair<std::string, std::string>> claims_;  // guarded by claims_mu_
+
+  mutable std::mutex stats_mu_;
+  LedgerStats stats_;  // guarded by stats_mu_
+
+  std::thread committer_;
+};
+
+// The system prompt's fingerprint: the first 16 bytes (32 hex digits) of
+// SHA-256 over "lg-system-prompt-v1" and each (role, text) of the prompt's
+// leading system and developer messages, each length-prefixed; empty when
+// there are none. The same instructions give the same fingerprint across
+// keys, requests and restarts.
+std::string systemPromptFingerprint(const std::vector<std::pair<std::string_view, std::string_view>>& messages);
+
+// SHA-256 hex of an Idempotency-Key header value (the key itself is not stored).
+std::string idempotencyKeyHash(std::string_view idempotency_key);
+// SHA-256 hex of what a retry must repeat: the endpoint and the body.
+std::string requestDigest(std::string_view endpoint, std::string_view body);
+
+}  // namespace lg::billing

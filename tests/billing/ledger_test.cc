@@ -1,0 +1,388 @@
+// The ledger in the real RocksDB billing store: entries round-trip, group
+// commit batches concurrent commits into few synced writes and calls every
+// callback once, the counters equal a recomputation from the entries after
+// many concurrent commits and after reopening, request ids stay unique,
+// Idempotency-Key claims, usage queries by group and period, and a counter
+// that disagrees with the entries is found.
+#include "billing/ledger.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/temp_dir.h"
+
+namespace lg::billing {
+namespace {
+
+constexpr int64_t kUs = 1'000'000;
+constexpr int64_t kT0 = int64_t{1767225600} * kUs;  // 2026-01-01T00:00:00Z
+
+LedgerEntry makeEntry(int i) {
+  LedgerEntry e;
+  e.request_id = "req_" + std::to_string(i);
+  e.response_id = "chatcmpl-" + std::to_string(i);
+  e.key_id = "key_" + std::to_string(i % 5);
+  e.team = "team-" + std::to_string(i % 5 % 2);  // keys 0, 2, 4 in team-0; 1, 3 in team-1
+  e.model = i % 3 == 0 ? "demo" : "other";
+  e.requested_model = "deepseek-chat";
+  e.endpoint = "/v1/chat/completions";
+  e.system_prompt = i % 4 == 0 ? "" : "fp" + std::to_string(i % 4);
+  e.start_us = kT0 + int64_t{i % 50} * 600 * kUs;  // spread over ~8 hours
+  e.end_us = e.start_us + 1000;
+  e.ttft_us = 500;
+  e.hit_tokens_tier0 = 64 * (i % 3);
+  e.hit_tokens_disk = i % 7 == 0 ? 64 : 0;
+  e.miss_tokens = 10 + i % 11;
+  e.prompt_tokens = e.hitTokens() + e.miss_tokens;
+  e.output_tokens = i % 13;
+  e.prices.rates = i % 2 == 0 ? kDeepSeekRates : Rates{1'000, 10'000, 100'000};
+  e.prices.version = 1 + i % 2;
+  e.prices.priced_as = "*";
+  e.status = i % 10 == 9 ? EntryStatus::kCancelled : i % 17 == 16 ? EntryStatus::kRefused
+                         : i % 19 == 18 ? EntryStatus::kFailed : EntryStatus::kCompleted;
+  e.finish_reason = std::string(entryStatusName(e.status));
+  e.price();
+  return e;
+}
+
+Status commitAndWait(Ledger& ledger, LedgerEntry e, std::optional<IdempotencyCommit> idem = std::nullopt) {
+  std::promise<Status> done;
+  ledger.commit(std::move(e), std::move(idem), [&](Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
+}
+
+TEST(LedgerEntryTest, EncodesAndDecodesEveryField) {
+  LedgerEntry e = makeEntry(9);
+  e.idempotency_key = "abc";
+  e.prices.window = 1;
+  auto d = decodeEntry(encodeEntry(e));
+  ASSERT_TRUE(d.isOk()) << d.status().toString();
+  EXPECT_EQ(encodeEntry(*d), encodeEntry(e));
+  EXPECT_EQ(d->status, EntryStatus::kCancelled);
+  EXPECT_EQ(d->cost, e.cost);
+  EXPECT_FALSE(decodeEntry("{}").isOk());
+  EXPECT_FALSE(decodeEntry("not json").isOk());
+}
+
+TEST(LedgerEntryTest, OnlyCompletedAndCancelledAreBilled) {
+  LedgerEntry e = makeEntry(0);
+  e.hit_tokens_tier0 = 64;
+  e.hit_tokens_disk = 0;
+  e.miss_tokens = 10;
+  e.output_tokens = 5;
+  e.prices.rates = kDeepSeekRates;
+  for (EntryStatus s : {EntryStatus::kCompleted, EntryStatus::kCancelled}) {
+    e.status = s;
+    e.price();
+    EXPECT_EQ(usd(e.cost.total()), "0.000006692");
+  }
+  for (EntryStatus s : {EntryStatus::kFailed, EntryStatus::kRefused}) {
+    e.status = s;
+    e.price();
+    EXPECT_EQ(e.cost.total(), 0);
+    EXPECT_EQ(countersOf(e)[kPromptTokens], 74u);  // the work is still counted
+    EXPECT_EQ(countersOf(e)[kHitAtMissPrice], 0u);
+  }
+}
+
+TEST(LedgerTest, FingerprintsAreStableAndDistinguishRoles) {
+  using V = std::vector<std::pair<std::string_view, std::string_view>>;
+  EXPECT_EQ(systemPromptFingerprint({}), "");
+  const std::string a = systemPromptFingerprint(V{{"system", "You are helpful."}});
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_EQ(a, systemPromptFingerprint(V{{"system", "You are helpful."}}));
+  EXPECT_NE(a, systemPromptFingerprint(V{{"developer", "You are helpful."}}));
+  EXPECT_NE(systemPromptFingerprint(V{{"system", "ab"}, {"system", "c"}}),
+            systemPromptFingerprint(V{{"system", "a"}, {"system", "bc"}}));
+}
+
+// Many threads commit at once; every callback runs once with OK, the writes
+// were grouped, and the counters equal the entries.
+TEST(LedgerTest, GroupCommitKeepsCountersEqualToEntries) {
+  test::TempDir dir;
+  constexpr int kThreads = 16;
+  constexpr int kPerThread = 250;
+  std::map<std::string, Counters> expected_by_team;
+  {
+    auto db = BillingDb::open(dir.file("billing"));
+    ASSERT_TRUE(db.isOk());
+    auto ledger = Ledger::open(**db);
+    ASSERT_TRUE(ledger.isOk());
+    std::atomic<int> ok{0}, failed{0}, calls{0};
+    std::vector<std::thread> threads;
+    const auto start = std::chrono::steady_clock::now();
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          // Wait for each commit, as a request does before its client sees
+          // the end: concurrency comes from the threads.
+          std::promise<void> done;
+          (*ledger)->commit(makeEntry(t * kPerThread + i), std::nullopt, [&](Status s) {
+            ++calls;
+            (s.isOk() ? ok : failed)++;
+            done.set_value();
+          });
+          done.get_future().wait();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(ok.load(), kThreads * kPerThread);
+    EXPECT_EQ(failed.load(), 0);
+    EXPECT_EQ(calls.load(), kThreads * kPerThread);
+    const LedgerStats st = (*ledger)->stats();
+    EXPECT_EQ(st.entries, static_cast<uint64_t>(kThreads * kPerThread));
+    EXPECT_LT(st.batches, st.entries) << "commits were not grouped";
+    std::printf("group commit: %d threads x %d entries: %.0f entries/s, %llu synced writes (mean %.1f entries, max %.0f), "
+                "commit latency p50 %.2f ms p99 %.2f ms max %.2f ms\n",
+                kThreads, kPerThread, kThreads * kPerThread / seconds, static_cast<unsigned long long>(st.batches),
+                st.batch_size.sum / static_cast<double>(st.batch_size.count), st.batch_size.max,
+                st.commit_ms.quantile(0.5), st.commit_ms.quantile(0.99), st.commit_ms.max);
+
+    auto report = (*ledger)->verify();
+    ASSERT_TRUE(report.isOk());
+    EXPECT_TRUE(report->ok()) << report->mismatches.front();
+    EXPECT_EQ(report->entries, static_cast<uint64_t>(kThreads * kPerThread));
+
+    for (int i = 0; i < kThreads * kPerThread; ++i) {
+      const LedgerEntry e = makeEntry(i);
+      addCounters(expected_by_team[e.team], countersOf(e));
+    }
+    UsageQuery q;
+    q.group_by = GroupBy::kTeam;
+    q.from_s = kT0 / kUs;
+    q.to_s = kT0 / kUs + 86400;
+    auto rows = (*ledger)->usage(q);
+    ASSERT_TRUE(rows.isOk());
+    ASSERT_EQ(rows->size(), 2u);
+    for (const UsageRow& r : *rows) EXPECT_EQ(r.counters, expected_by_team[r.group]) << r.group;
+  }
+  // Reopened: the same entries and counters.
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  auto ledger = Ledger::open(**db);
+  ASSERT_TRUE(ledger.isOk());
+  auto report = (*ledger)->verify();
+  ASSERT_TRUE(report.isOk());
+  EXPECT_TRUE(report->ok());
+  EXPECT_EQ(report->entries, static_cast<uint64_t>(kThreads * kPerThread));
+  auto found = (*ledger)->find("req_123");
+  ASSERT_TRUE(found.isOk());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ(encodeEntry(**found), encodeEntry(makeEntry(123)));
+  UsageQuery q;
+  q.from_s = 0;
+  q.to_s = kT0 / kUs + 86400;
+  auto rows = (*ledger)->usage(q);
+  ASSERT_TRUE(rows.isOk());
+  ASSERT_EQ(rows->size(), 1u);
+  Counters all{};
+  for (const auto& [team, c] : expected_by_team) addCounters(all, c);
+  EXPECT_EQ((*rows)[0].counters, all);
+}
+
+TEST(LedgerTest, OneCommitAtATimeIsStillCorrect) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  auto ledger = Ledger::open(**db);
+  ASSERT_TRUE(ledger.isOk());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(commitAndWait(**ledger, makeEntry(i)).isOk());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const LedgerStats st = (*ledger)->stats();
+  EXPECT_EQ(st.batches, 200u);
+  std::printf("one commit at a time: %.0f entries/s, commit latency p50 %.2f ms p99 %.2f ms\n", 200 / seconds,
+              st.commit_ms.quantile(0.5), st.commit_ms.quantile(0.99));
+  EXPECT_TRUE((*ledger)->verify()->ok());
+}
+
+TEST(LedgerTest, RequestIdsAreUnique) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  auto ledger = Ledger::open(**db);
+  ASSERT_TRUE(ledger.isOk());
+  ASSERT_TRUE(commitAndWait(**ledger, makeEntry(1)).isOk());
+  EXPECT_EQ(commitAndWait(**ledger, makeEntry(1)).code(), StatusCode::kAlreadyExists);
+  // Twice in one batch: one wins.
+  std::promise<void> both;
+  std::atomic<int> ok{0}, n{0};
+  for (int k = 0; k < 2; ++k) {
+    (*ledger)->commit(makeEntry(2), std::nullopt, [&](Status s) {
+      ok += s.isOk();
+      if (++n == 2) both.set_value();
+    });
+  }
+  both.get_future().wait();
+  EXPECT_EQ(ok.load(), 1);
+  auto report = (*ledger)->verify();
+  EXPECT_TRUE(report->ok());
+  EXPECT_EQ(report->entries, 2u);
+}
+
+TEST(LedgerTest, DestructionCommitsWhatIsQueued) {
+  test::TempDir dir;
+  std::atomic<int> ok{0};
+  {
+    auto db = BillingDb::open(dir.file("billing"));
+    ASSERT_TRUE(db.isOk());
+    auto ledger = Ledger::open(**db);
+    ASSERT_TRUE(ledger.isOk());
+    for (int i = 0; i < 500; ++i) (*ledger)->commit(makeEntry(i), std::nullopt, [&](Status s) { ok += s.isOk(); });
+  }
+  EXPECT_EQ(ok.load(), 500);
+  auto db = BillingDb::open(dir.file("billing"));
+  auto ledger = Ledger::open(**db);
+  EXPECT_EQ((*ledger)->verify()->entries, 500u);
+}
+
+TEST(LedgerTest, IdempotencyKeysAreClaimedOnceAndRemembered) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  auto ledger = Ledger::open(**db);
+  ASSERT_TRUE(ledger.isOk());
+  Ledger& l = **ledger;
+  const std::string hash = idempotencyKeyHash("retry-1");
+  EXPECT_EQ(l.claim("key_a", hash)->state, Ledger::ClaimState::kClaimed);
+  EXPECT_EQ(l.claim("key_a", hash)->state, Ledger::ClaimState::kInFlight);
+  EXPECT_EQ(l.claim("key_b", hash)->state, Ledger::ClaimState::kClaimed);  // keys are per API key
+  l.release("key_b", hash);
+
+  // A refused request releases the key without a record: a retry may run.
+  LedgerEntry refused = makeEntry(1);
+  refused.status = EntryStatus::kRefused;
+  ASSERT_TRUE(commitAndWait(l, refused, IdempotencyCommit{"key_a", hash, std::nullopt}).isOk());
+  EXPECT_EQ(l.claim("key_a", hash)->state, Ledger::ClaimState::kClaimed);
+
+  // A completed one leaves its record (with the response) for retries.
+  IdempotencyRecord r;
+  r.request_id = "req_2";
+  r.request_digest = requestDigest("/v1/chat/completions", "{}");
+  r.content_type = "application/json";
+  r.body = R"({"id":"chatcmpl-2"})";
+  r.body_kept = true;
+  ASSERT_TRUE(commitAndWait(l, makeEntry(2), IdempotencyCommit{"key_a", hash, r}).isOk());
+  auto done = l.claim("key_a", hash);
+  ASSERT_TRUE(done.isOk());
+  ASSERT_EQ(done->state, Ledger::ClaimState::kDone);
+  EXPECT_EQ(done->record->request_id, "req_2");
+  EXPECT_EQ(done->record->body, r.body);
+  EXPECT_EQ(done->record->request_digest, r.request_digest);
+  EXPECT_EQ(l.claim("key_a", hash)->state, Ledger::ClaimState::kDone);  // kDone holds no claim
+}
+
+TEST(LedgerTest, UsageByGroupAndPeriod) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  auto ledger = Ledger::open(**db);
+  ASSERT_TRUE(ledger.isOk());
+  constexpr int kN = 300;
+  for (int i = 0; i < kN; ++i) ASSERT_TRUE(commitAndWait(**ledger, makeEntry(i)).isOk());
+
+  const auto sum = [](const std::function<bool(const LedgerEntry&)>& match, int64_t from_us = 0,
+                      int64_t to_us = INT64_MAX) {
+    Counters c{};
+    for (int i = 0; i < kN; ++i) {
+      const LedgerEntry e = makeEntry(i);
+      if (match(e) && e.start_us >= from_us && e.start_us < to_us) addCounters(c, countersOf(e));
+    }
+    return c;
+  };
+  const auto query = [&](GroupBy g, int64_t granularity = 0, std::string key = "", std::string team = "") {
+    UsageQuery q;
+    q.group_by = g;
+    q.from_s = kT0 / kUs;
+    q.to_s = kT0 / kUs + 86400;
+    q.granularity_s = granularity;
+    q.key_id = std::move(key);
+    q.team = std::move(team);
+    auto rows = (*ledger)->usage(q);
+    EXPECT_TRUE(rows.isOk()) << rows.status().toString();
+    return rows.isOk() ? *rows : std::vector<UsageRow>{};
+  };
+
+  auto by_key = query(GroupBy::kKey);
+  ASSERT_EQ(by_key.size(), 5u);
+  for (const UsageRow& r : by_key) {
+    EXPECT_EQ(r.counters, sum([&](const LedgerEntry& e) { return e.key_id == r.group; })) << r.group;
+    EXPECT_EQ(r.team, makeEntry(std::stoi(r.group.substr(4))).team);
+  }
+  auto by_model = query(GroupBy::kModel);
+  ASSERT_EQ(by_model.size(), 2u);
+  for (const UsageRow& r : by_model) EXPECT_EQ(r.counters, sum([&](const LedgerEntry& e) { return e.model == r.group; }));
+  auto by_prompt = query(GroupBy::kSystemPrompt, 0, "", "team-1");
+  ASSERT_FALSE(by_prompt.empty());
+  for (const UsageRow& r : by_prompt) {
+    EXPECT_EQ(r.team, "team-1");
+    EXPECT_EQ(r.counters, sum([&](const LedgerEntry& e) { return e.team == "team-1" && e.system_prompt == r.group; }))
+        << r.group;
+  }
+  // Hourly periods of one key.
+  auto hourly = query(GroupBy::kNone, 3600, "key_3");
+  ASSERT_GE(hourly.size(), 8u);
+  Counters total{};
+  for (const UsageRow& r : hourly) {
+    EXPECT_EQ(r.period_start_s % 3600, 0);
+    EXPECT_EQ(r.counters, sum([&](const LedgerEntry& e) { return e.key_id == "key_3"; }, r.period_start_s * kUs,
+                              (r.period_start_s + 3600) * kUs));
+    addCounters(total, r.counters);
+  }
+  EXPECT_EQ(total, sum([&](const LedgerEntry& e) { return e.key_id == "key_3"; }));
+  // By day: everything is on 2026-01-01.
+  auto daily = query(GroupBy::kTeam, 86400);
+  ASSERT_EQ(daily.size(), 2u);
+  EXPECT_EQ(daily[0].period_start_s, kT0 / kUs);
+  // Hours outside the range are left out.
+  UsageQuery late;
+  late.from_s = kT0 / kUs + 5 * 3600;
+  late.to_s = kT0 / kUs + 86400;
+  auto rows = (*ledger)->usage(late);
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].counters, sum([](const LedgerEntry&) { return true; }, kT0 + 5 * 3600 * kUs));
+  // Combinations the counters cannot answer.
+  UsageQuery bad;
+  bad.group_by = GroupBy::kModel;
+  bad.team = "team-0";
+  EXPECT_EQ((*ledger)->usage(bad).status().code(), StatusCode::kInvalidArgument);
+  // Entries in time order.
+  int64_t last = 0;
+  int n = 0;
+  ASSERT_TRUE((*ledger)->scanEntries(kT0, kT0 + 3600 * kUs, [&](const LedgerEntry& e) {
+    EXPECT_GE(e.start_us, last);
+    last = e.start_us;
+    ++n;
+    return true;
+  }).isOk());
+  EXPECT_EQ(n, 6 * 6);  // 6 ten-minute slots in the first hour, 6 entries each
+}
+
+TEST(LedgerTest, VerifyFindsCountersThatDisagree) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  auto ledger = Ledger::open(**db);
+  ASSERT_TRUE(ledger.isOk());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(commitAndWait(**ledger, makeEntry(i)).isOk());
+  EXPECT_TRUE((*ledger)->verify()->ok());
+  // A counter merged without its entry.
+  WriteOps stray;
+  stray.merges.emplace_back(aggregateKeys(makeEntry(3))[1], encodeCounters({1}));
+  ASSERT_TRUE((*db)->apply(stray, true).isOk());
+  auto report = (*ledger)->verify();
+  ASSERT_TRUE(report.isOk());
+  ASSERT_EQ(report->mismatches.size(), 1u);
+  EXPECT_NE(report->mismatches[0].find("agg/team/"), std::string::npos) << report->mismatches[0];
+}
+
+}  // namespace
+}  // namespace lg::billing
