@@ -264,7 +264,10 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
         std::move(requests[i]), [this, exchange, responder, stream, headers, i, gate, key = who->key_id,
                                  team = who->team, reserved = reserved[i]](serving::StreamEvent&& e) {
           // Outside the gate: refused and cancelled prompts give back their share too.
-          if (e.final) rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
+          if (e.final) {
+            rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
+            if (options_.metrics) options_.metrics->generationEnded(exchange->request().received, e);
+          }
           openai::ResponderOutput out = responder->onEvent(i, e);
           std::lock_guard lock(gate->mu);
           if (gate->refused) return;
@@ -436,7 +439,10 @@ void Gateway::submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationR
   serving::Submission sub = scheduler_.submit(
       std::move(request), [this, exchange, responder, stream, headers, on_done = std::move(on_done), key = who.key_id,
                            team = who.team, reserved](serving::StreamEvent&& e) {
-        if (e.final) rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
+        if (e.final) {
+          rate_limiter_.settle(key, team, reserved, int64_t{e.usage.prompt_tokens} + e.usage.completion_tokens);
+          if (options_.metrics) options_.metrics->generationEnded(exchange->request().received, e);
+        }
         openai::ResponderOutput out = responder->onEvent(e);
         if (out.done && on_done) on_done(*responder);
         deliver(*exchange, std::move(out), stream, e.timing, headers);
