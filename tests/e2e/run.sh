@@ -3,6 +3,7 @@
 # embedded default (a fresh data dir: the demo model made at first start, a
 # local CA) on a free port, then runs the openai SDK tests with the CA trusted
 # through NODE_EXTRA_CA_CERTS, Codex CLI through a custom Responses provider,
+# GET /metrics (with a metrics token set),
 # and curl's view of the SSE framing.
 # Usage: run.sh LATENTGATE_BINARY
 set -euo pipefail
@@ -19,7 +20,8 @@ fi
 data=$(mktemp -d /tmp/lg-e2e-XXXXXX)
 log=$data.log
 export LG_ADMIN_KEY=e2e-admin-key-0123456789
-LATENTGATE_ADMIN_KEY=$LG_ADMIN_KEY "$binary" serve --data-dir "$data" --listen 127.0.0.1:0 >"$log" 2>&1 &
+export LG_METRICS_TOKEN=e2e-metrics-token-0123456789
+LATENTGATE_ADMIN_KEY=$LG_ADMIN_KEY LATENTGATE_SERVER_METRICS_TOKEN=$LG_METRICS_TOKEN "$binary" serve --data-dir "$data" --listen 127.0.0.1:0 >"$log" 2>&1 &
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$log"; }
 trap cleanup EXIT
@@ -33,7 +35,7 @@ export LG_URL=$(sed -E 's#.* at (https://[^ ]+)/v1.*#\1#' <<<"$line")
 export LG_MODEL=$(sed -E 's#.*serving ([^ ]+) at.*#\1#' <<<"$line")
 export NODE_EXTRA_CA_CERTS=$data/tls/ca.crt
 status=0
-node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" "$here/codex.test.mjs" || status=1
+node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" "$here/codex.test.mjs" "$here/metrics.test.mjs" || status=1
 "$here/curl_sse.sh" || status=1
 [[ $status == 0 ]] || { echo "--- server log"; tail -50 "$log"; }
 exit $status
