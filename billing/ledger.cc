@@ -384,6 +384,14 @@ void Ledger::commitBatch(std::vector<Pending>& batch) {
       }
     }
   }
+  if (options_.metrics != nullptr && written.isOk()) {
+    // The batch's oldest entry waited longest: the latency a client saw at worst.
+    options_.metrics->observeCommit(std::chrono::duration<double>(now - batch.front().queued).count());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t cost = batch[i].entry.cost.total();
+      if (results[i].isOk() && cost > 0) options_.metrics->addCost(batch[i].entry.team, static_cast<uint64_t>(cost));
+    }
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].done) batch[i].done(results[i].isOk() ? written : results[i]);
   }

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "billing/billing_db.h"
+#include "billing/ledger_metrics.h"
 #include "billing/prices.h"
 #include "common/histogram.h"
 #include "common/status.h"
@@ -153,6 +154,7 @@ struct UsageRow {
 struct LedgerOptions {
   size_t max_batch = 4096;                 // entries per WriteBatch
   size_t max_replay_bytes = size_t{4} << 20;  // a response kept for Idempotency-Key replays, at most
+  LedgerMetrics* metrics = nullptr;        // /metrics: commit latency and cost by team; must outlive the ledger
 };
 
 struct LedgerStats {

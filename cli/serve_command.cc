@@ -20,11 +20,13 @@
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
+#include "billing/ledger_metrics.h"
 #include "cache/cache_config.h"
 #include "cli/commands.h"
 #include "cli/global_flags.h"
 #include "cli/prefix_cache_setup.h"
 #include "cli/terminal_progress.h"
+#include "common/metrics.h"
 #include "engine/backend_config.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/presets.h"
@@ -32,7 +34,9 @@
 #include "proxy/gateway.h"
 #include "proxy/health_routes.h"
 #include "proxy/http_server.h"
+#include "proxy/metrics.h"
 #include "proxy/openai/prompt_encoder.h"
+#include "proxy/request_metrics.h"
 #include "proxy/response_store.h"
 #include "proxy/router.h"
 #include "proxy/server_config.h"
@@ -73,6 +77,12 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  // GET /metrics (docs/metrics.md). Declared before the scheduler: the
+  // engine thread reports generations into them until it ends.
+  metrics::Registry metrics_registry;
+  proxy::GenerationMetrics generation_metrics;
+  billing::LedgerMetrics ledger_metrics;  // the ledger's commits and costs by team (billing/ledger_metrics.h)
 
   std::string model_dir = config.engine.model_dir;
   if (model_dir.empty()) {
@@ -128,7 +138,9 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto prices = billing::PriceBook::open(**billing_db, billing::PriceTable::fromSetting(config.billing.prices), now_us);
   if (!prices.isOk()) return fail("prices", prices.status());
-  auto ledger = billing::Ledger::open(**billing_db);
+  billing::LedgerOptions ledger_options;
+  ledger_options.metrics = &ledger_metrics;
+  auto ledger = billing::Ledger::open(**billing_db, ledger_options);
   if (!ledger.isOk()) return fail("ledger", ledger.status());
 
   proxy::TlsMaterial tls;
@@ -148,6 +160,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway_options.rate_limits.per_key = {config.limits.key_requests_per_minute, config.limits.key_tokens_per_minute};
   gateway_options.rate_limits.per_team = {config.limits.team_requests_per_minute, config.limits.team_tokens_per_minute};
   if (cache->index) gateway_options.shared_namespaces = cache::applySharedGrants(*grants, *cache->index);
+  gateway_options.metrics = &generation_metrics;
   proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
   proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses,
                          proxy::BillingServices{ledger->get(), prices->get()});
@@ -169,8 +182,22 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway.addRoutes(router);
   billing_api.addRoutes(router);
   if (shared_prefixes) shared_prefixes->addRoutes(router);
-  auto server = proxy::HttpServer::start(*server_options, router.handler());
+  auto metrics_access = proxy::metricsAccess(*admin, config.server.metrics_token);
+  if (!metrics_access.isOk()) return fail("metrics", metrics_access.status());
+  proxy::addEngineCollectors(metrics_registry, **scheduler, cache->index.get(),
+                             proxy::MemoryFacts{(*backend)->model().checkpointBytes(),
+                                                static_cast<uint64_t>((*backend)->latentLayout().blockBytes())});
+  metrics_registry.add([&generation_metrics](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
+  metrics_registry.add([&ledger_metrics](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
+  proxy::addMetricsRoute(router, metrics_registry, std::move(metrics_access).value());
+  // Counts every request by route and status; built once every route is added.
+  proxy::RequestMetrics request_metrics(router);
+  metrics_registry.add([&request_metrics](metrics::ExpositionWriter& w) { request_metrics.collect(w); });
+  auto server = proxy::HttpServer::start(*server_options, request_metrics.handler());
   if (!server.isOk()) return fail("server", server.status());
+  metrics_registry.add([&server = **server](metrics::ExpositionWriter& w) {
+    proxy::collectHttpServerStats(w, server.stats());
+  });
 
   const bool tls_on = !server_options->plain_http;
   const std::string host = server_options->host == "0.0.0.0" || server_options->host == "::" ? "127.0.0.1"
@@ -194,6 +221,8 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
     std::cout << "  shared cache namespace " << g.shared.name() << " (read by " << (teams.empty() ? "no team" : teams)
               << "): publish a prefix into it with POST /admin/shared-prefixes\n";
   }
+  std::cout << "  metrics: GET " << url << "/metrics with the admin key"
+            << (config.server.metrics_token.empty() ? "" : " or server.metrics_token") << " as a Bearer token\n";
   const std::string cacert = tls_on && !tls.ca_cert_path.empty() ? " --cacert " + tls.ca_cert_path : "";
   std::cout << "Make an API key, then call the API:\n"
             << "  curl -s" << cacert << " " << url << "/admin/keys -H \"Authorization: Bearer $(cat " << admin_path

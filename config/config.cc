@@ -69,6 +69,7 @@ const std::array kFields = {
     LG_FIELD("server.header_timeout_ms", server.header_timeout_ms),
     LG_FIELD("server.idle_timeout_ms", server.idle_timeout_ms),
     LG_FIELD("server.request_timeout_ms", server.request_timeout_ms),
+    LG_FIELD("server.metrics_token", server.metrics_token),
     LG_FIELD("engine.model_dir", engine.model_dir),
     LG_FIELD("engine.threads", engine.threads),
     LG_FIELD("engine.max_context", engine.max_context),
@@ -518,6 +519,11 @@ Status validateConfig(const Config& c) {
     return invalidArgument("server.stored_response_ttl_s: expected 1..315360000 (10 years), got " +
                            std::to_string(c.server.stored_response_ttl_s));
   }
+  // A secret: the message gives its length, never its text.
+  if (!c.server.metrics_token.empty() && (c.server.metrics_token.size() < 16 || c.server.metrics_token.size() > 4096)) {
+    return invalidArgument("server.metrics_token: expected 16..4096 characters, got " +
+                           std::to_string(c.server.metrics_token.size()));
+  }
   if (c.server.max_body_bytes < 1024 || c.server.max_body_bytes > (int64_t{1} << 32)) {
     return invalidArgument("server.max_body_bytes: expected 1KiB..4GiB, got " +
                            std::to_string(c.server.max_body_bytes));
@@ -674,6 +680,7 @@ std::string configToJson(const Config& config) {
         f.ref(copy));
   }
   if (!config.admin_key.empty()) out["admin_key"] = "(set)";  // a secret: never printed
+  if (!config.server.metrics_token.empty()) out["server"]["metrics_token"] = "(set)";  // a secret too
   return out.dump(2);
 }
 

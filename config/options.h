@@ -33,6 +33,11 @@ struct ServerOptions {
   int header_timeout_ms = 10000;          // TLS handshake + request header (slow clients are cut off)
   int idle_timeout_ms = 60000;            // keep-alive connection with no request
   int request_timeout_ms = 600000;        // a non-streamed response must be complete within this
+  // A bearer token that may read GET /metrics besides the admin key
+  // (LATENTGATE_SERVER_METRICS_TOKEN), for a Prometheus scraper that should
+  // not hold the admin key; empty: the admin key only. A secret: at least 16
+  // characters, never shown by `latentgate config`.
+  std::string metrics_token;
 };
 
 // The dtype of the engine's latent pool. BF16 halves the pool's memory but

@@ -344,7 +344,10 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
         std::move(requests[i]), [this, exchange, responder, stream, headers, i, gate, billed, ended, key = who->key_id,
                                  team = who->team, reserved = reserved[i]](serving::StreamEvent&& e) {
           // Outside the gate: refused and cancelled prompts give back their share too.
-          if (e.final) rate_limiter_.settle(key, team, reserved, usedTokens(e.usage));
+          if (e.final) {
+            rate_limiter_.settle(key, team, reserved, usedTokens(e.usage));
+            if (options_.metrics) options_.metrics->generationEnded(exchange->request().received, e);
+          }
           openai::ResponderOutput out = responder->onEvent(i, e);
           if (out.done && *ended) out = {};
           if (out.done) *ended = true;
@@ -549,7 +552,10 @@ void Gateway::submitOne(std::shared_ptr<Exchange> exchange, serving::GenerationR
   serving::Submission sub = scheduler_.submit(
       std::move(request), [this, exchange, responder, stream, headers, billed, on_done = std::move(on_done),
                            key = who.key_id, team = who.team, reserved](serving::StreamEvent&& e) {
-        if (e.final) rate_limiter_.settle(key, team, reserved, usedTokens(e.usage));
+        if (e.final) {
+          rate_limiter_.settle(key, team, reserved, usedTokens(e.usage));
+          if (options_.metrics) options_.metrics->generationEnded(exchange->request().received, e);
+        }
         openai::ResponderOutput out = responder->onEvent(e);
         if (out.done && on_done) on_done(*responder);
         if (billed && e.final && billed->addFinal(e)) {

@@ -33,6 +33,7 @@
 #include "proxy/openai/request_types.h"
 #include "proxy/openai_error.h"  // respondWithApiError
 #include "proxy/request_billing.h"
+#include "proxy/metrics.h"
 #include "proxy/response_store.h"
 #include "proxy/router.h"
 #include "serving/scheduler.h"
@@ -49,6 +50,10 @@ struct GatewayOptions {
   billing::RateLimitOptions rate_limits;  // per key and team, per minute; unlimited by default
   // Shared cache namespaces each team may read (an admin's grants).
   std::map<std::string, std::vector<cache::SharedNamespace>> shared_namespaces;
+  // Told every generation's final event on the engine thread (latency
+  // histograms, tokens by kind: metrics.h); null: none. Must outlive the
+  // scheduler's engine thread.
+  GenerationMetrics* metrics = nullptr;
 };
 
 class Gateway {

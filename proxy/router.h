@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proxy/exchange.h"
@@ -24,6 +25,17 @@ class Router {
   void addPrefix(std::string method, std::string prefix, Handler handler);
 
   void handle(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+
+  // A route as added: for labels (metrics), never for dispatch.
+  struct RouteInfo {
+    std::string method;
+    std::string path;  // the exact path, or the prefix
+    bool prefix = false;
+  };
+  std::vector<RouteInfo> routes() const;
+  // The index in routes() of the route handle() would call for this method
+  // and path, or -1 when it would answer 404 or 405 itself.
+  int find(std::string_view method, std::string_view path) const;
   // A Handler for HttpServer::start that calls handle(); the router must
   // outlive the server.
   Handler handler() const;
@@ -35,6 +47,10 @@ class Router {
     bool prefix = false;
     Handler handler;
   };
+  // The route whose path matches best (exact, else the longest prefix),
+  // whatever its method; null: none.
+  const Route* bestPath(std::string_view path) const;
+
   std::vector<Route> routes_;
 };
 

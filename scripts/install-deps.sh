@@ -9,6 +9,7 @@ packages=(
   libboost1.81-dev libssl-dev librocksdb-dev nlohmann-json3-dev libspdlog-dev
   libpcre2-dev libxxhash-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
+  python3-prometheus-client  # metrics_test reads /metrics with Prometheus' own parser too
   ${LG_EXTRA_PACKAGES:-}
 )
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <thread>
@@ -226,6 +227,42 @@ TEST(LedgerTest, RequestIdsAreUnique) {
   auto report = (*ledger)->verify();
   EXPECT_TRUE(report->ok());
   EXPECT_EQ(report->entries, 2u);
+}
+
+TEST(LedgerTest, MetricsSeeEveryCommitAndTheCostOfEachTeam) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  LedgerMetrics metrics;
+  LedgerOptions options;
+  options.metrics = &metrics;
+  std::map<std::string, int64_t> expected;  // team -> pico-dollars
+  {
+    auto ledger = Ledger::open(**db, options);
+    ASSERT_TRUE(ledger.isOk());
+    std::atomic<int> ok{0};
+    for (int i = 0; i < 300; ++i) {
+      LedgerEntry e = makeEntry(i);
+      expected[e.team] += e.cost.total();
+      (*ledger)->commit(std::move(e), std::nullopt, [&](Status s) { ok += s.isOk(); });
+    }
+    // A duplicate request id commits nothing and adds no cost.
+    ASSERT_EQ(commitAndWait(**ledger, makeEntry(0)).code(), StatusCode::kAlreadyExists);
+    ledger->reset();  // commits what is queued
+    EXPECT_EQ(ok.load(), 300);
+  }
+  metrics::ExpositionWriter w;
+  metrics.collect(w);
+  const std::string text = w.text();
+  for (const auto& [team, pico] : expected) {
+    ASSERT_GT(pico, 0);
+    const std::string series = "latentgate_cost_picodollars_total{team=\"" + team + "\"} ";
+    const size_t at = text.find(series);
+    ASSERT_NE(at, std::string::npos) << series << "not in\n" << text;
+    EXPECT_EQ(std::strtod(text.c_str() + at + series.size(), nullptr), static_cast<double>(pico)) << team;
+  }
+  EXPECT_NE(text.find("latentgate_ledger_commit_seconds_count "), std::string::npos);
+  EXPECT_EQ(text.find("latentgate_ledger_commit_seconds_count 0\n"), std::string::npos);
 }
 
 TEST(LedgerTest, DestructionCommitsWhatIsQueued) {

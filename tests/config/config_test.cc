@@ -310,3 +310,30 @@ TEST(ConfigTest, SharedNamespacesMapANamespaceToTheTeamsGrantedIt) {
 
 }  // namespace
 }  // namespace lg
+
+namespace lg {
+namespace {
+
+TEST(ConfigTest, TheMetricsTokenComesFromTheEnvironmentAndIsNeverPrinted) {
+  ConfigSources sources;
+  auto c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->server.metrics_token, "");
+  EXPECT_NE(configToJson(*c).find("\"metrics_token\": \"\""), std::string::npos) << configToJson(*c);
+  sources.environment = {{"LATENTGATE_SERVER_METRICS_TOKEN", "a-secret-metrics-token-1234"}};
+  c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->server.metrics_token, "a-secret-metrics-token-1234");
+  const std::string shown = configToJson(*c);
+  EXPECT_EQ(shown.find("a-secret-metrics-token-1234"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("\"metrics_token\": \"(set)\""), std::string::npos) << shown;
+  // Too short to be a secret: refused, and the message does not repeat it.
+  sources.environment = {{"LATENTGATE_SERVER_METRICS_TOKEN", "short-token"}};
+  auto bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("server.metrics_token"), std::string::npos) << bad.status().message();
+  EXPECT_EQ(bad.status().message().find("short-token"), std::string::npos) << bad.status().message();
+}
+
+}  // namespace
+}  // namespace lg

@@ -3,7 +3,8 @@
 # embedded default (a fresh data dir: the demo model made at first start, a
 # local CA) on a free port, then runs the openai SDK tests with the CA trusted
 # through NODE_EXTRA_CA_CERTS (billing's too), Codex CLI through a custom
-# Responses provider, and curl's view of the SSE framing.
+# Responses provider, GET /metrics (with a metrics token set), and curl's
+# view of the SSE framing.
 # Usage: run.sh LATENTGATE_BINARY [TEST.mjs ...]  (default: all of them)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,7 +20,8 @@ fi
 data=$(mktemp -d /tmp/lg-e2e-XXXXXX)
 log=$data.log
 export LG_ADMIN_KEY=e2e-admin-key-0123456789
-LATENTGATE_ADMIN_KEY=$LG_ADMIN_KEY "$binary" serve --data-dir "$data" --listen 127.0.0.1:0 >"$log" 2>&1 &
+export LG_METRICS_TOKEN=e2e-metrics-token-0123456789
+LATENTGATE_ADMIN_KEY=$LG_ADMIN_KEY LATENTGATE_SERVER_METRICS_TOKEN=$LG_METRICS_TOKEN "$binary" serve --data-dir "$data" --listen 127.0.0.1:0 >"$log" 2>&1 &
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$log"; }
 trap cleanup EXIT
@@ -37,7 +39,7 @@ shift
 if [[ $# -gt 0 ]]; then
   node --test --test-concurrency=1 "${@/#/$here/}" || status=1
 else
-  node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" "$here/billing.test.mjs" "$here/codex.test.mjs" || status=1
+  node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" "$here/billing.test.mjs" "$here/codex.test.mjs" "$here/metrics.test.mjs" || status=1
   "$here/curl_sse.sh" || status=1
 fi
 [[ $status == 0 ]] || { echo "--- server log"; tail -50 "$log"; }

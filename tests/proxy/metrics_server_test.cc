@@ -1,0 +1,479 @@
+// GET /metrics through the real stack: the HttpServer over TLS with the
+// generated CA, the real Gateway, KeyStore and AdminKey over a BillingDb in a
+// temp dir, a real Scheduler with a tier-0 prefix cache on a small
+// random-weight model (the `demo` architecture cut to 2 layers, as in
+// gateway_test.cc), wired as `latentgate serve` wires them: the registry
+// with the engine, generation, ledger, request and server collectors, the
+// route with the admin key and a metrics token, RequestMetrics around the
+// router. Requests go through curl; each scrape is read back by the strict
+// parser, and the counters must move by exactly what the clients were told.
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "billing/billing_db.h"
+#include "billing/ledger_metrics.h"
+#include "cache/fingerprint.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/presets.h"
+#include "proxy/gateway.h"
+#include "proxy/health_routes.h"
+#include "proxy/http_server.h"
+#include "proxy/metrics.h"
+#include "proxy/request_metrics.h"
+#include "proxy/tls_material.h"
+#include "tests/proxy/test_client.h"
+#include "tests/support/prometheus_text.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "text/chat/chat_template.h"
+
+namespace lg::proxy {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using test::parsePrometheusText;
+using test::PromText;
+using Labels = std::map<std::string, std::string>;
+
+constexpr int kBlockTokens = 16;
+constexpr const char* kModel = "demo";
+constexpr const char* kMetricsToken = "a-metrics-token-for-the-scraper-0123";
+
+struct Reply {
+  int status = 0;
+  std::string head;
+  std::string body;
+  std::optional<std::string> header(std::string_view name) const {
+    const std::string key = "\r\n" + std::string(name) + ": ";
+    const size_t at = head.find(key);
+    if (at == std::string::npos) return std::nullopt;
+    const size_t from = at + key.size();
+    return head.substr(from, head.find("\r\n", from) - from);
+  }
+};
+
+std::string errorsOf(const PromText& p) {
+  std::string out;
+  for (const std::string& e : p.errors) out += e + "\n";
+  return out;
+}
+
+class MetricsServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_dir_ = new test::TempDir("lg_metrics_model");
+    auto config = engine::presetConfig("demo");
+    ASSERT_TRUE(config.isOk());
+    config->num_hidden_layers = 2;
+    ASSERT_TRUE(engine::writeRandomCheckpoint(*config, modelPath(), {}).isOk());
+  }
+  static void TearDownTestSuite() {
+    delete model_dir_;
+    model_dir_ = nullptr;
+  }
+  static std::string modelPath() { return model_dir_->path() + "/" + kModel; }
+
+  void SetUp() override {
+    auto tokenizer = text::Tokenizer::loadFromDir(modelPath());
+    ASSERT_TRUE(tokenizer.isOk()) << tokenizer.status().toString();
+    tokenizer_ = std::move(tokenizer).value();
+    auto chat_template = text::ChatTemplate::loadFromDir(modelPath());
+    ASSERT_TRUE(chat_template.isOk()) << chat_template.status().toString();
+    chat_template_ = std::make_unique<text::ChatTemplate>(std::move(chat_template).value());
+    auto model = engine::Model::load(modelPath());
+    ASSERT_TRUE(model.isOk()) << model.status().toString();
+    engine::BackendOptions bo;
+    bo.threads = 2;
+    bo.block_tokens = kBlockTokens;
+    bo.num_blocks = 256;
+    bo.max_context = 512;
+    auto backend = engine::createCpuBackend(std::move(model).value(), bo);
+    ASSERT_TRUE(backend.isOk()) << backend.status().toString();
+    backend_ = std::move(backend).value();
+    auto cache = cache::PrefixCache::create(backend_->latentPool(), nullptr, cache::sha256("metrics test model"), {});
+    ASSERT_TRUE(cache.isOk()) << cache.status().toString();
+    cache_ = std::move(cache).value();
+    serving::SchedulerOptions so;
+    so.step_tokens = 256;
+    so.max_running = 8;
+    so.eos_token_ids = {};  // random weights: replies run to max_tokens
+    auto scheduler = serving::Scheduler::create(*backend_, cache_.get(), *tokenizer_, so);
+    ASSERT_TRUE(scheduler.isOk()) << scheduler.status().toString();
+    scheduler_ = std::move(scheduler).value();
+
+    auto db = billing::BillingDb::open(data_.path() + "/billing");
+    ASSERT_TRUE(db.isOk()) << db.status().toString();
+    db_ = std::move(db).value();
+    auto keys = billing::KeyStore::open(*db_);
+    ASSERT_TRUE(keys.isOk()) << keys.status().toString();
+    keys_ = std::move(keys).value();
+    auto admin = billing::AdminKey::loadOrCreate("", data_.path() + "/admin.key", nullptr);
+    ASSERT_TRUE(admin.isOk()) << admin.status().toString();
+    admin_ = std::move(admin).value();
+    std::ifstream admin_file(data_.path() + "/admin.key");
+    std::getline(admin_file, admin_key_);
+    ASSERT_FALSE(admin_key_.empty());
+    auto created = keys_->create("team-a", "metrics test");
+    ASSERT_TRUE(created.isOk()) << created.status().toString();
+    key_ = created->second;
+
+    TlsMaterialOptions to;
+    to.dir = data_.path() + "/tls";
+    auto tls = loadOrCreateTlsMaterial(to);
+    ASSERT_TRUE(tls.isOk()) << tls.status().toString();
+    tls_ = *tls;
+
+    // As serve wires it (cli/serve_command.cc).
+    GatewayOptions go;
+    go.model_id = kModel;
+    go.max_context = backend_->maxContext();
+    go.metrics = &generations_;
+    encoder_ = std::make_unique<openai::PromptEncoder>(*chat_template_, *tokenizer_);
+    gateway_ = std::make_unique<Gateway>(go, *scheduler_, *tokenizer_, *encoder_, *keys_, *admin_);
+    addHealthRoutes(router_, [] { return Readiness{true, ""}; });
+    gateway_->addRoutes(router_);
+    auto access = metricsAccess(*admin_, kMetricsToken);
+    ASSERT_TRUE(access.isOk()) << access.status().toString();
+    addEngineCollectors(registry_, *scheduler_, cache_.get(),
+                        MemoryFacts{backend_->model().checkpointBytes(), backend_->latentLayout().blockBytes()});
+    registry_.add([this](metrics::ExpositionWriter& w) { generations_.collect(w); });
+    registry_.add([this](metrics::ExpositionWriter& w) { ledger_.collect(w); });
+    addMetricsRoute(router_, registry_, std::move(access).value());
+    requests_ = std::make_unique<RequestMetrics>(router_);
+    registry_.add([this](metrics::ExpositionWriter& w) { requests_->collect(w); });
+
+    HttpServerOptions server;
+    server.host = "127.0.0.1";
+    server.port = 0;
+    server.cert_chain_pem = tls_.cert_chain_pem;
+    server.key_pem = tls_.key_pem;
+    server.io_threads = 2;
+    server.request_timeout = 60s;
+    auto started = HttpServer::start(server, requests_->handler());
+    ASSERT_TRUE(started.isOk()) << started.status().toString();
+    server_ = std::move(started).value();
+    registry_.add([this](metrics::ExpositionWriter& w) { collectHttpServerStats(w, server_->stats()); });
+  }
+
+  void TearDown() override {
+    server_.reset();
+    scheduler_.reset();
+    gateway_.reset();
+    cache_.reset();
+    backend_.reset();
+  }
+
+  Reply curl(const std::string& method, const std::string& path, std::vector<std::string> extra) const {
+    std::vector<std::string> argv = {"/usr/bin/curl", "-sS", "--max-time", "120", "--cacert", tls_.ca_cert_path,
+                                     "-i",            "-X",  method,       "-w",  "\n%{http_code}"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("https://127.0.0.1:" + std::to_string(server_->port()) + path);
+    test::ProcessResult r = test::runProcess(argv, "");
+    Reply reply;
+    const size_t nl = r.out.rfind('\n');
+    if (r.exit_code != 0 || nl == std::string::npos) {
+      ADD_FAILURE() << "curl " << method << " " << path << ": exit " << r.exit_code << ": " << r.err;
+      return reply;
+    }
+    reply.status = std::atoi(r.out.c_str() + nl + 1);
+    const std::string_view rest = std::string_view(r.out).substr(0, nl);
+    const size_t end = rest.find("\r\n\r\n");
+    reply.head = std::string(rest.substr(0, end));
+    reply.body = end == std::string_view::npos ? "" : std::string(rest.substr(end + 4));
+    return reply;
+  }
+  Reply post(const std::string& path, const json& body, const std::optional<std::string>& key) const {
+    std::vector<std::string> extra = {"-H", "content-type: application/json", "--data-binary", body.dump()};
+    if (key) extra.insert(extra.end(), {"-H", "Authorization: Bearer " + *key});
+    return curl("POST", path, extra);
+  }
+  Reply getMetrics(const std::optional<std::string>& token) const {
+    std::vector<std::string> extra;
+    if (token) extra = {"-H", "Authorization: Bearer " + *token};
+    return curl("GET", "/metrics", extra);
+  }
+  // A scrape with the admin key, checked well-formed.
+  PromText scrape(std::string* text = nullptr) const {
+    const Reply r = getMetrics(admin_key_);
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (text != nullptr) *text = r.body;
+    PromText p = parsePrometheusText(r.body);
+    EXPECT_TRUE(p.errors.empty()) << errorsOf(p);
+    EXPECT_FALSE(p.families.empty());
+    return p;
+  }
+
+  // What a client was told a generation used.
+  struct Told {
+    int generations = 0;
+    int64_t prompt = 0, hit = 0, miss = 0, output = 0;
+    void add(const json& usage, int n) {
+      generations += n;
+      prompt += usage["prompt_tokens"].get<int64_t>();
+      hit += usage["prompt_cache_hit_tokens"].get<int64_t>();
+      miss += usage["prompt_cache_miss_tokens"].get<int64_t>();
+      output += usage["completion_tokens"].get<int64_t>();
+    }
+  };
+
+  json chatBody(int max_tokens, const std::string& content) const {
+    return {{"model", kModel}, {"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", max_tokens}};
+  }
+
+  static inline test::TempDir* model_dir_ = nullptr;
+  test::TempDir data_{"lg_metrics_server"};
+  std::unique_ptr<text::Tokenizer> tokenizer_;
+  std::unique_ptr<text::ChatTemplate> chat_template_;
+  TlsMaterial tls_;
+  std::unique_ptr<engine::Backend> backend_;
+  std::unique_ptr<cache::PrefixCache> cache_;
+  // Before the scheduler: its engine thread reports into them.
+  metrics::Registry registry_;
+  GenerationMetrics generations_;
+  billing::LedgerMetrics ledger_;
+  std::unique_ptr<serving::Scheduler> scheduler_;
+  std::unique_ptr<billing::BillingDb> db_;
+  std::unique_ptr<billing::KeyStore> keys_;
+  std::optional<billing::AdminKey> admin_;
+  std::string admin_key_;
+  std::string key_;
+  std::unique_ptr<openai::PromptEncoder> encoder_;
+  std::unique_ptr<Gateway> gateway_;
+  Router router_;
+  std::unique_ptr<RequestMetrics> requests_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+// Prometheus' own Python client (python3-prometheus-client, which
+// scripts/install-deps.sh installs) reads the same samples as our parser:
+// an outside reference for the syntax and the unescaping. (Its parser is
+// lenient: the strict checks are ours.)
+void expectPrometheusClientAgrees(const std::string& text, const PromText& ours, const std::string& dir) {
+  const std::string file = dir + "/scrape.prom";
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << text;
+  }
+  const std::string script = R"(
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+families = list(text_string_to_metric_families(open(sys.argv[1], encoding='utf-8').read()))
+print(len(families))
+for f in families:
+    for s in f.samples:
+        print(s.name + '\t' + json.dumps(s.labels, sort_keys=True, separators=(',', ':'), ensure_ascii=False) +
+              '\t' + repr(float(s.value)))
+)";
+  const test::ProcessResult r = test::runProcess({"/usr/bin/python3", "-c", script, file}, "");
+  ASSERT_EQ(r.exit_code, 0) << "python3 with prometheus_client (scripts/install-deps.sh installs it): " << r.err;
+  std::map<std::string, double> theirs;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(std::stoul(line), ours.families.size());
+  while (std::getline(lines, line)) {
+    const size_t tab = line.rfind('\t');
+    theirs[line.substr(0, tab)] = std::strtod(line.c_str() + tab + 1, nullptr);
+  }
+  std::map<std::string, double> mine;
+  for (const auto& [_, f] : ours.families) {
+    for (const test::PromSample& s : f.samples) mine[s.name + "\t" + json(s.labels).dump()] = s.value;
+  }
+  EXPECT_GT(mine.size(), 100u);
+  EXPECT_EQ(theirs.size(), mine.size());
+  for (const auto& [key, value] : mine) {
+    auto it = theirs.find(key);
+    ASSERT_NE(it, theirs.end()) << key;
+    EXPECT_EQ(it->second, value) << key;
+  }
+}
+
+TEST_F(MetricsServerTest, CountersAndHistogramsMoveByWhatTheClientsWereTold) {
+  const PromText before = scrape();
+  const std::string chat = "/v1/chat/completions";
+  auto requests = [](const PromText& p, const std::string& endpoint, const std::string& method,
+                     const std::string& code) {
+    return p.value("latentgate_http_requests_total", {{"endpoint", endpoint}, {"method", method}, {"code", code}});
+  };
+  // Nothing counted yet but the first scrape, which is counted once answered.
+  EXPECT_EQ(before.sum("latentgate_http_requests_total"), 0);
+  EXPECT_EQ(before.value("latentgate_tokens_total", {{"kind", "output"}}), 0);
+  EXPECT_EQ(before.value("latentgate_time_to_first_token_seconds_count"), 0);
+
+  Told told;
+  // A prompt of several cache blocks, sent twice: the second reads them from tier 0.
+  std::string long_prompt;
+  for (int i = 0; i < 12; ++i) long_prompt += "The quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
+  for (int i = 0; i < 2; ++i) {
+    const Reply r = post(chat, chatBody(4, long_prompt), key_);
+    ASSERT_EQ(r.status, 200) << r.body;
+    told.add(json::parse(r.body)["usage"], 1);
+  }
+  EXPECT_GT(told.hit, 0) << "the repeated prompt should hit the cache";
+  // A stream with usage in its last chunk.
+  json streamed = chatBody(3, "Hello there");
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  {
+    const Reply r = post(chat, streamed, key_);
+    ASSERT_EQ(r.status, 200) << r.body;
+    json usage;
+    size_t at = 0;
+    while ((at = r.body.find("data: {", at)) != std::string::npos) {
+      const size_t end = r.body.find('\n', at);
+      const json chunk = json::parse(r.body.substr(at + 6, end - at - 6));
+      if (chunk.contains("usage") && chunk["usage"].is_object()) usage = chunk["usage"];
+      at = end;
+    }
+    ASSERT_TRUE(usage.is_object()) << r.body;
+    told.add(usage, 1);
+  }
+  // Completions with two prompts: two generations, one usage.
+  {
+    const Reply r = post("/v1/completions", {{"model", kModel}, {"prompt", {"Once upon a time", "In a galaxy"}},
+                                             {"max_tokens", 2}}, key_);
+    ASSERT_EQ(r.status, 200) << r.body;
+    told.add(json::parse(r.body)["usage"], 2);
+  }
+  // Refusals: no key, unknown model.
+  EXPECT_EQ(post(chat, chatBody(2, "hi"), std::nullopt).status, 401);
+  json unknown = chatBody(2, "hi");
+  unknown["model"] = "no-such-model";
+  EXPECT_EQ(post(chat, unknown, key_).status, 404);
+  EXPECT_EQ(curl("GET", "/no/such/path", {}).status, 404);
+
+  std::string text;
+  const PromText after = scrape(&text);
+  expectPrometheusClientAgrees(text, after, data_.path());
+  EXPECT_EQ(requests(after, chat, "POST", "200"), 3);
+  EXPECT_EQ(requests(after, chat, "POST", "401"), 1);
+  EXPECT_EQ(requests(after, chat, "POST", "404"), 1);
+  EXPECT_EQ(requests(after, "/v1/completions", "POST", "200"), 1);
+  EXPECT_EQ(requests(after, "other", "other", "404"), 1);
+  EXPECT_EQ(requests(after, "/metrics", "GET", "200"), 1);  // the first scrape; this one is counted once answered
+  EXPECT_EQ(after.sum("latentgate_http_requests_total"), 8);
+
+  // Tokens: exactly what the usage objects said.
+  auto delta = [&](const std::string& name, const Labels& labels = {}) {
+    return after.value(name, labels) - before.value(name, labels);
+  };
+  EXPECT_EQ(delta("latentgate_tokens_total", {{"kind", "output"}}), told.output);
+  EXPECT_EQ(told.output, 4 + 4 + 3 + 2 * 2);
+  EXPECT_EQ(delta("latentgate_tokens_total", {{"kind", "prompt_hit_tier0"}}) +
+                delta("latentgate_tokens_total", {{"kind", "prompt_hit_disk"}}),
+            told.hit);
+  EXPECT_EQ(delta("latentgate_tokens_total", {{"kind", "prompt_hit_disk"}}), 0);  // no disk tier here
+  EXPECT_EQ(delta("latentgate_tokens_total", {{"kind", "prompt_miss"}}), told.miss);
+  EXPECT_EQ(told.hit + told.miss, told.prompt);
+
+  // One observation per generation (all had 2 or more tokens).
+  EXPECT_EQ(told.generations, 5);
+  EXPECT_EQ(delta("latentgate_time_to_first_token_seconds_count"), 5);
+  EXPECT_EQ(delta("latentgate_time_per_output_token_seconds_count"), 5);
+  EXPECT_EQ(delta("latentgate_e2e_request_latency_seconds_count"), 5);
+  EXPECT_GT(delta("latentgate_time_to_first_token_seconds_sum"), 0);
+  EXPECT_LT(delta("latentgate_time_to_first_token_seconds_sum"), delta("latentgate_e2e_request_latency_seconds_sum"));
+  EXPECT_EQ(delta("latentgate_scheduler_finished_total", {{"reason", "length"}}), 5);
+  EXPECT_EQ(delta("latentgate_scheduler_time_to_first_token_seconds_count"), 5);
+  EXPECT_EQ(delta("latentgate_scheduler_generated_tokens_total"), told.output);
+  EXPECT_EQ(delta("latentgate_cache_hit_tokens_total", {{"tier", "tier0"}}), told.hit);
+
+  // Memory: the pool adds up, in blocks and bytes; the weights are the checkpoint.
+  EXPECT_EQ(after.value("latentgate_model_weights_bytes"), static_cast<double>(backend_->model().checkpointBytes()));
+  EXPECT_GT(after.value("latentgate_model_weights_bytes"), 0);
+  EXPECT_EQ(after.value("latentgate_latent_pool_capacity_blocks"), 256);
+  EXPECT_EQ(after.sum("latentgate_latent_pool_blocks"), 256);
+  EXPECT_EQ(after.value("latentgate_latent_pool_block_bytes"),
+            static_cast<double>(backend_->latentLayout().blockBytes()));
+  EXPECT_EQ(after.sum("latentgate_latent_pool_bytes"), 256.0 * static_cast<double>(backend_->latentLayout().blockBytes()));
+  EXPECT_GT(after.value("latentgate_latent_pool_blocks", {{"state", "cached"}}), 0);  // the prompts' blocks stay cached
+  EXPECT_EQ(after.value("latentgate_cache_bytes", {{"tier", "tier0"}}),
+            after.value("latentgate_cache_blocks", {{"tier", "tier0"}}) *
+                static_cast<double>(backend_->latentLayout().blockBytes()));
+  EXPECT_EQ(after.value("latentgate_cache_disk_state", {{"state", "none"}}), 1);
+  EXPECT_GE(after.value("latentgate_http_connections_accepted_total"), 9);
+
+  // The ledger's families are there, empty until a ledger reports into them.
+  EXPECT_EQ(after.families.at("latentgate_cost_picodollars_total").type, "counter");
+  EXPECT_EQ(after.value("latentgate_ledger_commit_seconds_count"), 0);
+}
+
+TEST_F(MetricsServerTest, OnlyTheAdminKeyAndTheMetricsTokenMayScrape) {
+  const Reply with_token = getMetrics(std::string(kMetricsToken));
+  EXPECT_EQ(with_token.status, 200) << with_token.body;
+  EXPECT_EQ(with_token.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  const PromText p = parsePrometheusText(with_token.body);
+  EXPECT_TRUE(p.errors.empty()) << errorsOf(p);
+  for (const auto& [name, f] : p.families) {
+    EXPECT_TRUE(name.starts_with("latentgate_")) << name;
+    EXPECT_FALSE(f.help.empty()) << name;
+  }
+
+  for (const std::optional<std::string>& bad :
+       {std::optional<std::string>(key_), std::optional<std::string>(), std::optional<std::string>("wrong-token-of-some-length"),
+        std::optional<std::string>(std::string(kMetricsToken) + "x")}) {
+    const Reply r = getMetrics(bad);
+    EXPECT_EQ(r.status, 401) << r.body;
+    EXPECT_EQ(r.header("content-type"), "application/json");
+    const json e = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << r.body;
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(e["error"]["code"], "invalid_api_key");
+  }
+  // The admin key is no API key either.
+  EXPECT_EQ(post("/v1/chat/completions", chatBody(2, "hi"), admin_key_).status, 401);
+
+  // A request whose client leaves before the response: counted as 499 (the
+  // cancelled generation's error reaches an exchange already disconnected).
+  auto c = testing::RawClient::connect(server_->port());
+  ASSERT_TRUE(c && c->startTls(tls_.ca_cert_path));
+  const std::string body = chatBody(400, "Tell me a long story").dump();
+  ASSERT_TRUE(c->send("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " + key_ +
+                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                      "\r\n\r\n" + body));
+  // Wait until it runs, then leave.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline && scheduler_->schedulerStats().generated_tokens == 0) {
+    std::this_thread::sleep_for(2ms);
+  }
+  c->abort();
+  PromText after;
+  for (auto until = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < until;) {
+    after = scrape();
+    if (after.value("latentgate_http_requests_total",
+                    {{"endpoint", "/v1/chat/completions"}, {"method", "POST"}, {"code", "499"}}) >= 1) {
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(after.value("latentgate_http_requests_total",
+                        {{"endpoint", "/v1/chat/completions"}, {"method", "POST"}, {"code", "499"}}),
+            1);
+  EXPECT_EQ(after.value("latentgate_scheduler_finished_total", {{"reason", "cancelled"}}), 1);
+  EXPECT_EQ(after.value("latentgate_http_requests_total", {{"endpoint", "/metrics"}, {"method", "GET"}, {"code", "401"}}),
+            4);
+  EXPECT_GE(after.value("latentgate_http_requests_total", {{"endpoint", "/metrics"}, {"method", "GET"}, {"code", "200"}}),
+            1);
+  EXPECT_EQ(after.value("latentgate_http_requests_total",
+                        {{"endpoint", "/v1/chat/completions"}, {"method", "POST"}, {"code", "401"}}),
+            1);
+  // The cancelled generation's tokens were computed: counted, and its latency too.
+  EXPECT_GT(after.value("latentgate_tokens_total", {{"kind", "output"}}), 0);
+  EXPECT_EQ(after.value("latentgate_e2e_request_latency_seconds_count"), 1);
+
+  // No secret and no prompt text in what a scraper reads.
+  const std::string text = getMetrics(admin_key_).body;
+  for (const std::string& secret : {admin_key_, key_, std::string(kMetricsToken), std::string("Tell me a long story"),
+                                    data_.path(), modelPath()}) {
+    EXPECT_EQ(text.find(secret), std::string::npos) << secret;
+  }
+}
+
+}  // namespace
+}  // namespace lg::proxy
