@@ -7,7 +7,10 @@
 //     (request written to response read) minus the engine's time from the
 //     response's Server-Timing `total` (submit to final event) is what the
 //     gateway adds: TLS, HTTP, JSON, template rendering, tokenizing, handing
-//     events between threads, building the response. Reports its percentiles.
+//     events between threads, building the response. Reports its percentiles,
+//     and billing's part of it: Server-Timing `ledger` is the wait from the
+//     final event to the request's ledger entry being synced (group commit),
+//     the one step billing adds to a response's path (docs/billing.md).
 //   --mode agent: N concurrent sessions of T turns each, like a coding agent:
 //     a long system prompt, a growing conversation (each reply appended before
 //     the next user turn), streamed; time to the first content token as the
@@ -102,7 +105,7 @@ http::request<http::string_body> post(const Args& args, std::string target, std:
 // ------------------------------------------------------------------ overhead
 
 struct OverheadStats {
-  std::vector<double> latency_ms, engine_ms, overhead_ms;
+  std::vector<double> latency_ms, engine_ms, overhead_ms, ledger_ms, ledger_share;
   int errors = 0;
 };
 
@@ -133,6 +136,11 @@ awaitable<void> overheadConnection(asio::ssl::context& tls, const Args& args, in
       stats.latency_ms.push_back(latency);
       stats.engine_ms.push_back(engine);
       stats.overhead_ms.push_back(latency - engine);
+      const double ledger = timingValue(std::string(res["server-timing"]), "ledger");
+      if (ledger >= 0) {
+        stats.ledger_ms.push_back(ledger);
+        stats.ledger_share.push_back(ledger / std::max(latency - engine, 1e-6));
+      }
     }
   } catch (const std::exception& e) {
     ++stats.errors;
@@ -158,7 +166,10 @@ json runOverhead(asio::ssl::context& tls, const Args& args) {
           {"requests_per_s", static_cast<double>(stats.latency_ms.size()) / wall},
           {"latency_ms", summary(stats.latency_ms)},
           {"engine_ms", summary(stats.engine_ms)},
-          {"overhead_ms", summary(stats.overhead_ms)}};
+          {"overhead_ms", summary(stats.overhead_ms)},
+          {"ledger_ms", summary(stats.ledger_ms)},
+          // Per request, the ledger wait over the gateway's overhead.
+          {"billing_share_of_overhead", summary(stats.ledger_share)}};
 }
 
 // --------------------------------------------------------------------- agent
