@@ -36,6 +36,12 @@ function parse(text) {
   return samples;
 }
 
+// Exact decimal dollars ("0.000001792") as pico-dollars.
+function pico(dollars) {
+  const [whole, frac = ''] = dollars.split('.');
+  return BigInt(whole) * 10n ** 12n + BigInt(frac.padEnd(12, '0'));
+}
+
 async function scrape(token) {
   const r = await server.request('GET', '/metrics', { headers: { authorization: `Bearer ${token}` } });
   assert.equal(r.status, 200, r.body);
@@ -67,6 +73,12 @@ test('GET /metrics: counters follow what the SDK was told; only the admin key an
   assert.equal(delta('latentgate_time_to_first_token_seconds_count'), 2);
   assert.equal(delta('latentgate_e2e_request_latency_seconds_count'), 2);
   assert.ok(after.get('latentgate_model_weights_bytes') > 0);
+  // The ledger's cost by team: this file's two requests, exactly what the
+  // clients were told (usage.cost, exact decimal dollars), summed over every
+  // team's series (the team label is bounded: this team may be "other").
+  const costSum = (m) => [...m].filter(([k]) => k.startsWith('latentgate_cost_picodollars_total{'))
+    .reduce((a, [, v]) => a + v, 0);
+  assert.equal(costSum(after) - costSum(before), Number(pico(r.usage.cost.total) + pico(streamed.cost.total)));
   const pool = ['running', 'cached', 'free'].map((s) => after.get(`latentgate_latent_pool_blocks{state="${s}"}`));
   assert.equal(pool.reduce((a, b) => a + b), after.get('latentgate_latent_pool_capacity_blocks'));
 
