@@ -15,8 +15,8 @@ extern const char lg_embedded_tokenizer_json[];
 extern const char lg_embedded_tokenizer_json_end[];
 extern const char lg_embedded_tokenizer_config_json[];
 extern const char lg_embedded_tokenizer_config_json_end[];
-extern const char lg_embedded_tokenizer_license[];
-extern const char lg_embedded_tokenizer_license_end[];
+extern const char lg_embedded_license[];
+extern const char lg_embedded_license_end[];
 }
 
 namespace lg::engine {
@@ -302,8 +302,8 @@ Status writeRandomCheckpoint(const ModelConfig& config, const std::string& dir, 
   LG_RETURN_IF_ERROR(writeFileAtomic(dir + "/tokenizer_config.json", embeddedTokenizerConfigJson()));
   LG_RETURN_IF_ERROR(writeFileAtomic(
       dir + "/LICENSE-tokenizer",
-      std::string_view(lg_embedded_tokenizer_license,
-                       static_cast<size_t>(lg_embedded_tokenizer_license_end - lg_embedded_tokenizer_license))));
+      std::string_view(lg_embedded_license,
+                       static_cast<size_t>(lg_embedded_license_end - lg_embedded_license))));
   return writeSafetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
 }
 
