@@ -155,4 +155,23 @@ Status BillingDb::scanRange(std::string_view begin, std::string_view end,
   return fromRocks(it->status(), "scanning the billing store");
 }
 
+Status BillingDb::scanRangeReverse(std::string_view begin, std::string_view end, size_t max_examined,
+                                   const std::function<bool(std::string_view, std::string_view)>& fn) const {
+  const rocksdb::Slice lower(begin.data(), begin.size());
+  const rocksdb::Slice upper(end.data(), end.size());
+  rocksdb::ReadOptions ro;
+  ro.iterate_lower_bound = &lower;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  // The last key <= end, then one more step back if it is `end` itself (exclusive).
+  it->SeekForPrev(upper);
+  if (it->Valid() && it->key().compare(upper) >= 0) it->Prev();
+  for (size_t examined = 0; it->Valid() && examined < max_examined; it->Prev(), ++examined) {
+    if (!fn(std::string_view(it->key().data(), it->key().size()),
+            std::string_view(it->value().data(), it->value().size()))) {
+      break;
+    }
+  }
+  return fromRocks(it->status(), "scanning the billing store");
+}
+
 }  // namespace lg::billing

@@ -70,6 +70,12 @@ class BillingDb {
 
   const std::string& path() const { return path_; }
 
+  // Calls fn(key, value) for the keys in [begin, end) from the last down,
+  // until it returns false or `max_examined` keys were passed to it (the
+  // bound on what one call may read: "the newest N" of a sparse filter).
+  Status scanRangeReverse(std::string_view begin, std::string_view end, size_t max_examined,
+                          const std::function<bool(std::string_view, std::string_view)>& fn) const;
+
  private:
   BillingDb(std::unique_ptr<rocksdb::DB> db, std::string path);
   Status writeBatch(const std::vector<std::pair<std::string, std::string>>& puts,

@@ -567,4 +567,25 @@ Result<VerifyReport> Ledger::verify() const {
   return report;
 }
 
+Result<std::vector<LedgerEntry>> Ledger::recentEntries(size_t limit, std::string_view team, int64_t from_us,
+                                                       int64_t to_us, size_t max_examined) const {
+  std::vector<LedgerEntry> out;
+  if (limit == 0) return out;
+  Status bad;
+  const std::string begin = std::string(kEntryPrefix) + padded(std::max<int64_t>(from_us, 0), 16);
+  const std::string end = std::string(kEntryPrefix) + padded(std::max<int64_t>(to_us, 0), 16);
+  LG_RETURN_IF_ERROR(db_.scanRangeReverse(begin, end, max_examined, [&](std::string_view, std::string_view value) {
+    auto e = decodeEntry(value);
+    if (!e.isOk()) {
+      bad = e.status();
+      return false;
+    }
+    if (!team.empty() && e->team != team) return true;
+    out.push_back(std::move(e).value());
+    return out.size() < limit;
+  }));
+  LG_RETURN_IF_ERROR(bad);
+  return out;
+}
+
 }  // namespace lg::billing

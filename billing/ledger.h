@@ -213,6 +213,13 @@ class Ledger {
   LedgerStats stats() const;
   const LedgerOptions& options() const { return options_; }
 
+  // The newest entries with start_us in [from_us, to_us), newest first: at
+  // most `limit`, only `team`'s when it is not empty, having read at most
+  // `max_examined` entries (a bounded reverse scan: a team whose requests are
+  // rare among the newest `max_examined` gets fewer than `limit`).
+  Result<std::vector<LedgerEntry>> recentEntries(size_t limit, std::string_view team, int64_t from_us, int64_t to_us,
+                                                 size_t max_examined = 10'000) const;
+
  private:
   struct Pending {
     LedgerEntry entry;

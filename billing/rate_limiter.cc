@@ -125,4 +125,22 @@ std::string resetDuration(double seconds) {
   return std::to_string(s / 60) + "m" + std::to_string(s % 60) + "s";
 }
 
+RateLimiter::Remaining RateLimiter::peek(const std::string& key_id, const std::string& team,
+                                         Clock::time_point now) const {
+  Remaining r;
+  std::lock_guard lock(mu_);
+  auto look = [&](const std::string& name, int64_t limit, RateLimitState& into) {
+    if (limit <= 0) return;
+    auto it = buckets_.find(name);
+    Bucket b = it == buckets_.end() ? Bucket{} : it->second;  // a copy: refilled here, never stored
+    refill(b, limit, now);
+    into = tighter(into, stateOf(b, limit));
+  };
+  look("k:" + key_id + ":r", options_.per_key.requests_per_minute, r.requests);
+  look("k:" + key_id + ":t", options_.per_key.tokens_per_minute, r.tokens);
+  look("t:" + team + ":r", options_.per_team.requests_per_minute, r.requests);
+  look("t:" + team + ":t", options_.per_team.tokens_per_minute, r.tokens);
+  return r;
+}
+
 }  // namespace lg::billing

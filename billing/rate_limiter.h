@@ -74,6 +74,14 @@ class RateLimiter {
   static std::string describe(const RateDecision& d, const RateLimitOptions& options);
   const RateLimitOptions& options() const { return options_; }
 
+  // What the key may still use now, as admit() would report it (the tighter
+  // of key and team, refilled to `now`), without charging anything or
+  // creating buckets: a key not seen yet has its whole minute.
+  struct Remaining {
+    RateLimitState requests, tokens;
+  };
+  Remaining peek(const std::string& key_id, const std::string& team, Clock::time_point now = Clock::now()) const;
+
  private:
   struct Bucket {
     double level = -1;  // units available; < 0: new (starts full)
@@ -85,7 +93,7 @@ class RateLimiter {
   static RateLimitState tighter(const RateLimitState& a, const RateLimitState& b);
 
   const RateLimitOptions options_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   // Keyed "k:<key id>:r", "t:<team>:k", ... Entries are a few dozen bytes per
   // key and team, bounded by the number of keys.
   std::unordered_map<std::string, Bucket> buckets_;

@@ -70,6 +70,9 @@ class Gateway {
 
   void addRoutes(Router& router);
 
+  // The per-minute limits' buckets, to read without charging (the dashboard).
+  const billing::RateLimiter& rateLimiter() const { return rate_limiter_; }
+
  private:
   struct Caller;
   // The key's principal, or a 401 sent to the client (nullopt).
