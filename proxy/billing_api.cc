@@ -1,12 +1,9 @@
 #include "proxy/billing_api.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -38,39 +35,8 @@ std::optional<int64_t> parseInt(std::string_view text) {
   return v;
 }
 
-std::string isoTime(int64_t unix_s) {
-  const time_t t = static_cast<time_t>(unix_s);
-  struct tm tm {};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 openai::ApiError badParam(std::string param, std::string message) {
   return openai::invalidRequest(std::move(param), "invalid_value", std::move(message));
-}
-
-// The counters as the usage API names them (costs: exact dollars).
-json countersJson(const billing::Counters& c, json out = json::object()) {
-  using namespace billing;
-  out["requests"] = c[kRequests];
-  out["completed_requests"] = c[kCompleted];
-  out["cancelled_requests"] = c[kCancelled];
-  out["failed_requests"] = c[kFailed];
-  out["refused_requests"] = c[kRefused];
-  out["prompt_tokens"] = c[kPromptTokens];
-  out["prompt_cache_hit_tokens"] = c[kHitTokensTier0] + c[kHitTokensDisk];
-  out["prompt_cache_hit_tokens_memory"] = c[kHitTokensTier0];
-  out["prompt_cache_hit_tokens_disk"] = c[kHitTokensDisk];
-  out["prompt_cache_miss_tokens"] = c[kMissTokens];
-  out["completion_tokens"] = c[kOutputTokens];
-  out["cost_input_cache_hit"] = usd(c[kCostHit]);
-  out["cost_input_cache_miss"] = usd(c[kCostMiss]);
-  out["cost_output"] = usd(c[kCostOutput]);
-  out["cost_total"] = usd(costTotal(c));
-  out["cache_savings"] = usd(static_cast<Int128>(c[kHitAtMissPrice]) - c[kCostHit]);
-  return out;
 }
 
 // The CSV columns after the group's own, in countersJson's order.
@@ -97,88 +63,7 @@ json versionJson(const billing::PriceVersion& v) {
               {"prices", json::parse(billing::priceTableJson(v.table))}};
 }
 
-// from/to/granularity of a usage query; false when it answered a 400.
-bool parseRange(Exchange& exchange, const std::map<std::string, std::string>& q, billing::UsageQuery& out) {
-  const int64_t now_s = nowUs() / kUsPerS;
-  out.from_s = 0;
-  out.to_s = now_s + 3600;
-  for (const char* name : {"from", "to"}) {
-    auto it = q.find(name);
-    if (it == q.end() || it->second.empty()) continue;
-    auto t = parseTimeParam(it->second);
-    if (!t) {
-      respondWithApiError(exchange, badParam(name, std::string("`") + name +
-                                                       "` must be Unix seconds, a date (2026-01-31) or an RFC 3339 UTC "
-                                                       "time (2026-01-31T12:00:00Z)"));
-      return false;
-    }
-    (std::string_view(name) == "from" ? out.from_s : out.to_s) = *t;
-  }
-  if (out.to_s < out.from_s) {
-    respondWithApiError(exchange, badParam("to", "`to` is before `from`"));
-    return false;
-  }
-  if (auto it = q.find("granularity"); it != q.end() && !it->second.empty()) {
-    if (it->second == "hour") {
-      out.granularity_s = 3600;
-    } else if (it->second == "day") {
-      out.granularity_s = 86400;
-    } else {
-      respondWithApiError(exchange, badParam("granularity", "`granularity` must be hour or day"));
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
-
-std::map<std::string, std::string> parseQuery(std::string_view query) {
-  std::map<std::string, std::string> out;
-  const auto decode = [](std::string_view s) {
-    const auto digit = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      return -1;
-    };
-    std::string r;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '+') {
-        r += ' ';
-      } else if (s[i] == '%' && i + 2 < s.size() && digit(s[i + 1]) >= 0 && digit(s[i + 2]) >= 0) {
-        r += static_cast<char>(digit(s[i + 1]) * 16 + digit(s[i + 2]));
-        i += 2;
-      } else {
-        r += s[i];
-      }
-    }
-    return r;
-  };
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    std::string_view part = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (part.empty()) continue;
-    const size_t eq = part.find('=');
-    out.try_emplace(decode(part.substr(0, eq)), eq == std::string_view::npos ? "" : decode(part.substr(eq + 1)));
-  }
-  return out;
-}
-
-std::optional<int64_t> parseTimeParam(std::string_view text) {
-  if (auto v = parseInt(text)) return v;
-  struct tm tm {};
-  const std::string s(text);
-  const char* end = nullptr;
-  if (s.size() == 10) {
-    end = strptime(s.c_str(), "%Y-%m-%d", &tm);
-  } else if (s.size() == 20 && s.back() == 'Z') {
-    end = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  }
-  if (end == nullptr || *end != '\0') return std::nullopt;
-  return static_cast<int64_t>(timegm(&tm));
-}
 
 BillingApi::BillingApi(billing::Ledger& ledger, billing::PriceBook& prices, billing::KeyStore& keys,
                        const billing::AdminKey& admin, const billing::BudgetView* budgets)
@@ -271,7 +156,7 @@ void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exc
     if (!g) return respondWithApiError(*exchange, badParam("group_by", "`group_by` must be key, team, model or system_prompt"));
     query.group_by = *g;
   }
-  if (!parseRange(*exchange, q, query)) return;
+  if (auto e = parseUsageRange(q, query)) return respondWithApiError(*exchange, *e);
   if (auto it = q.find("key_id"); it != q.end()) query.key_id = it->second;
   if (auto it = q.find("team"); it != q.end()) query.team = it->second;
   auto rows = ledger_.usage(query);
@@ -282,39 +167,12 @@ void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exc
     proxyLog()->error("usage query failed: {}", rows.status().toString());
     return respondWithApiError(*exchange, openai::internalError());
   }
-  std::unordered_map<std::string, std::string> key_names;
+  KeyNames key_names;
   if (query.group_by == billing::GroupBy::kKey) {
     for (const billing::ApiKeyInfo& k : keys_.list()) key_names[k.id] = k.name;
   }
-  billing::Counters totals{};
-  json data = json::array();
-  for (const billing::UsageRow& r : *rows) {
-    billing::addCounters(totals, r.counters);
-    json row = json::object();
-    switch (query.group_by) {
-      case billing::GroupBy::kKey: {
-        row["key_id"] = r.group;
-        row["team"] = r.team;
-        auto it = key_names.find(r.group);
-        row["key_name"] = it == key_names.end() ? json(nullptr) : json(it->second);  // null: revoked
-        break;
-      }
-      case billing::GroupBy::kTeam: row["team"] = r.group; break;
-      case billing::GroupBy::kModel: row["model"] = r.group; break;
-      case billing::GroupBy::kSystemPrompt:
-        row["system_prompt"] = r.group.empty() ? json(nullptr) : json(r.group);
-        row["team"] = r.team;
-        break;
-      case billing::GroupBy::kNone: break;
-    }
-    if (query.granularity_s > 0) {
-      row["period_start"] = r.period_start_s;
-      row["period"] = isoTime(r.period_start_s);
-    }
-    data.push_back(countersJson(r.counters, std::move(row)));
-  }
-  const int64_t from_hour_s = std::max<int64_t>(query.from_s, 0) / 3600 * 3600;
-  const int64_t to_hour_s = (std::max<int64_t>(query.to_s, 0) + 3599) / 3600 * 3600;
+  UsageList list = usageList(*rows, query, key_names);
+  json& data = list.data;
   if (csv) {
     std::string out;
     std::vector<std::string> columns;
@@ -338,13 +196,12 @@ void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exc
                     dumped(json{{"object", "list"},
                                 {"group_by", query.group_by == billing::GroupBy::kNone ? json(nullptr)
                                                                                        : json(billing::groupByName(query.group_by))},
-                                {"granularity", query.granularity_s == 3600 ? json("hour")
-                                                : query.granularity_s == 86400 ? json("day") : json(nullptr)},
-                                {"from", from_hour_s},
-                                {"to", to_hour_s},
+                                {"granularity", granularityJson(query.granularity_s)},
+                                {"from", usageFromS(query)},
+                                {"to", usageToS(query)},
                                 {"currency", "USD"},
                                 {"data", std::move(data)},
-                                {"totals", countersJson(totals)}}));
+                                {"totals", countersJson(list.totals)}}));
 }
 
 // --------------------------------------------------------------------- ledger
@@ -369,7 +226,7 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
     limit = *v;
   }
   billing::UsageQuery range;
-  if (!parseRange(*exchange, q, range)) return;
+  if (auto e = parseUsageRange(q, range)) return respondWithApiError(*exchange, *e);
   // `after`: the `next` of a previous page ("<start_us>/<request id>").
   int64_t after_us = -1;
   std::string after_id;
@@ -446,7 +303,7 @@ void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> 
   if (!who) return respondWithApiError(*exchange, openai::invalidApiKey());
   const auto q = parseQuery(request.query);
   billing::UsageQuery query;
-  if (!parseRange(*exchange, q, query)) return;
+  if (auto e = parseUsageRange(q, query)) return respondWithApiError(*exchange, *e);
   query.key_id = who->key_id;
   auto rows = ledger_.usage(query);
   if (!rows.isOk()) {
@@ -461,21 +318,14 @@ void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> 
       data.push_back(countersJson(r.counters, json{{"period_start", r.period_start_s}, {"period", isoTime(r.period_start_s)}}));
     }
   }
-  json budget = nullptr;
-  if (budgets_ != nullptr) {
-    if (auto b = budgets_->budgetOf(*who, nowUs() / kUsPerS)) {
-      budget = json{{"scope", b->scope}, {"period", b->period},
-                    {"period_end", b->period_end_s > 0 ? json(b->period_end_s) : json(nullptr)},
-                    {"limit", billing::usd(b->limit)}, {"spent", billing::usd(b->spent)},
-                    {"reserved", billing::usd(b->reserved)}, {"remaining", billing::usd(b->remaining())}};
-    }
-  }
+  const json budget =
+      budgetJson(budgets_ != nullptr ? budgets_->budgetOf(*who, nowUs() / kUsPerS) : std::nullopt);
   exchange->respond(200, jsonHeaders(),
                     dumped(json{{"object", "usage"},
                                 {"key_id", who->key_id},
                                 {"team", who->team},
-                                {"from", std::max<int64_t>(query.from_s, 0) / 3600 * 3600},
-                                {"to", (std::max<int64_t>(query.to_s, 0) + 3599) / 3600 * 3600},
+                                {"from", usageFromS(query)},
+                                {"to", usageToS(query)},
                                 {"currency", "USD"},
                                 {"totals", countersJson(totals)},
                                 {"data", std::move(data)},

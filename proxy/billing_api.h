@@ -20,18 +20,14 @@
 // Thread-safety: routes may run on every I/O thread at once.
 #pragma once
 
-#include <cstdint>
-#include <map>
 #include <memory>
-#include <optional>
-#include <string>
-#include <string_view>
 
 #include "billing/budget_view.h"
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
 #include "proxy/router.h"
+#include "proxy/usage_json.h"  // parseQuery, parseTimeParam; the JSON both this API and the dashboard show
 
 namespace lg::proxy {
 
@@ -61,13 +57,5 @@ class BillingApi {
   const billing::AdminKey& admin_;
   const billing::BudgetView* const budgets_;
 };
-
-// Query-string parameters, percent-decoded ('+' is a space); the first
-// occurrence of each name wins.
-std::map<std::string, std::string> parseQuery(std::string_view query);
-
-// A time parameter: Unix seconds ("1767225600"), a UTC date ("2026-01-01") or
-// an RFC 3339 UTC time ("2026-01-01T12:00:00Z"); nullopt otherwise.
-std::optional<int64_t> parseTimeParam(std::string_view text);
 
 }  // namespace lg::proxy

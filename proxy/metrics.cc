@@ -250,17 +250,37 @@ void collectCacheStats(ExpositionWriter& w, const cache::CacheStats& s) {
 
 // ---------------------------------------------------------------------- memory
 
+MemoryPicture memoryPicture(const MemoryFacts& memory, const serving::SchedulerStats& s, const cache::CacheStats* cache) {
+  MemoryPicture m;
+  m.weights_bytes = memory.weights_bytes;
+  m.block_bytes = memory.block_bytes;
+  m.capacity_blocks = s.pool_blocks;
+  m.running_blocks = s.running_blocks;
+  m.cached_blocks = s.cached_blocks;
+  m.free_blocks = s.pool_free_blocks;
+  m.reserved_blocks = s.reserved_blocks;
+  if (cache != nullptr && cache->disk_state != cache::DiskState::kNone) {
+    m.has_disk_tier = true;
+    m.disk_blocks = cache->disk.blocks;
+    m.disk_bytes = cache->disk.bytes;
+    m.disk_occupied_bytes = cache->disk_occupied_bytes;
+    m.disk_state = cache->disk_state;
+  }
+  return m;
+}
+
 void collectMemory(ExpositionWriter& w, const MemoryFacts& memory, const serving::SchedulerStats& s) {
+  const MemoryPicture m = memoryPicture(memory, s, nullptr);
   w.gauge("latentgate_model_weights_bytes", "Bytes of the model's weight files (memory-mapped).",
-          i64(memory.weights_bytes));
-  w.gauge("latentgate_latent_pool_block_bytes", "Bytes of one latent pool block.", i64(memory.block_bytes));
-  w.gauge("latentgate_latent_pool_capacity_blocks", "Blocks the latent pool holds.", s.pool_blocks);
+          i64(m.weights_bytes));
+  w.gauge("latentgate_latent_pool_block_bytes", "Bytes of one latent pool block.", i64(m.block_bytes));
+  w.gauge("latentgate_latent_pool_capacity_blocks", "Blocks the latent pool holds.", m.capacity_blocks);
   w.gauge("latentgate_latent_pool_capacity_bytes", "Bytes of the latent pool.",
-          s.pool_blocks * static_cast<int64_t>(memory.block_bytes));
+          m.capacity_blocks * static_cast<int64_t>(m.block_bytes));
   // running + cached + free = capacity.
-  const int64_t running = s.running_blocks;
-  const int64_t cached = s.cached_blocks;
-  const int64_t free = s.pool_free_blocks;
+  const int64_t running = m.running_blocks;
+  const int64_t cached = m.cached_blocks;
+  const int64_t free = m.free_blocks;
   if (w.family("latentgate_latent_pool_blocks",
                "Latent pool blocks by state: held by running sequences (a shared prefix once), cached (used, held "
                "by no running sequence), free.",
@@ -271,13 +291,13 @@ void collectMemory(ExpositionWriter& w, const MemoryFacts& memory, const serving
   }
   if (w.family("latentgate_latent_pool_bytes", "Latent pool bytes by state (blocks times the block size).",
                MetricType::kGauge)) {
-    const auto b = static_cast<int64_t>(memory.block_bytes);
+    const auto b = static_cast<int64_t>(m.block_bytes);
     w.sample({{"state", "running"}}, running * b);
     w.sample({{"state", "cached"}}, cached * b);
     w.sample({{"state", "free"}}, free * b);
   }
   w.gauge("latentgate_latent_pool_reserved_blocks",
-          "Blocks promised to admitted sequences' remaining prompt and output, not allocated yet.", s.reserved_blocks);
+          "Blocks promised to admitted sequences' remaining prompt and output, not allocated yet.", m.reserved_blocks);
 }
 
 void addEngineCollectors(metrics::Registry& registry, const serving::SchedulerMetricsSource& scheduler,

@@ -78,6 +78,26 @@ struct MemoryFacts {
   uint64_t block_bytes = 0;    // one latent pool block (engine::LatentLayout::blockBytes)
 };
 
+// The memory picture at one moment, from the scheduler's and the cache's
+// snapshots: what /metrics' memory families and the dashboard both show.
+// running + cached + free = capacity.
+struct MemoryPicture {
+  uint64_t weights_bytes = 0;
+  uint64_t block_bytes = 0;
+  int64_t capacity_blocks = 0;
+  int64_t running_blocks = 0;   // held by running sequences (a shared prefix once)
+  int64_t cached_blocks = 0;    // used, held by no running sequence: the cache's
+  int64_t free_blocks = 0;
+  int64_t reserved_blocks = 0;  // promised to admitted sequences, not allocated yet (part of free)
+  bool has_disk_tier = false;   // a prefix cache with a disk tier
+  uint64_t disk_blocks = 0;
+  uint64_t disk_bytes = 0;           // blocks as stored (latentgate_cache_bytes{tier="disk"})
+  uint64_t disk_occupied_bytes = 0;  // everything the store occupies on disk
+  cache::DiskState disk_state = cache::DiskState::kNone;
+};
+// `cache` null: no prefix cache (no disk tier).
+MemoryPicture memoryPicture(const MemoryFacts& memory, const serving::SchedulerStats& s, const cache::CacheStats* cache);
+
 // The scheduler's families (latentgate_scheduler_*), the cache's
 // (latentgate_cache_*), and the memory's (latentgate_model_weights_bytes,
 // latentgate_latent_pool_*), from stats snapshots.
