@@ -1,0 +1,77 @@
+// DashboardSessions: the dashboard's sign-in sessions (docs/dashboard.md).
+//
+// A session is created when someone signs in with the admin key or an API
+// key, and is named by a token: 256 random bits (RAND_bytes), sent to the
+// browser once, as 43 characters of base64url in an HttpOnly cookie. The
+// table keeps only the token's SHA-256, with who signed in (the admin, or a
+// team through one of its keys) and when the session expires; the key that
+// signed in is not kept at all. So neither the table nor a log holds anything
+// that opens a session or calls the API.
+//
+// The table is bounded: at `max_sessions`, a new session first drops the
+// expired ones and then the one that expires soonest (the oldest). Expired
+// sessions are also dropped when they are looked up. Sessions live in memory:
+// a restart signs everyone out.
+//
+// Thread-safety: all methods may be called concurrently (one mutex; every
+// operation is a hash lookup, creation at most one pass over the table).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "common/status.h"
+
+namespace lg::proxy {
+
+struct DashboardViewer {
+  enum class Role : uint8_t { kAdmin, kTeam };
+  Role role = Role::kAdmin;
+  // kTeam: the key that signed in, and its team (whose every key it sees).
+  std::string key_id;
+  std::string team;
+  std::string key_name;
+
+  bool admin() const { return role == Role::kAdmin; }
+};
+
+struct DashboardSession {
+  DashboardViewer viewer;
+  int64_t created_us = 0;
+  int64_t expires_us = 0;
+};
+
+class DashboardSessions {
+ public:
+  // `ttl_us`: how long a session lasts from its creation; `max_sessions` >= 1.
+  DashboardSessions(size_t max_sessions, int64_t ttl_us);
+
+  // A new session for `viewer` from `now_us`; its token (43 base64url
+  // characters), which exists nowhere else afterwards. Fails only when the
+  // random generator does.
+  Result<std::string> create(DashboardViewer viewer, int64_t now_us);
+  // The session the token names, if it exists and has not expired (an
+  // expired one is removed). A token of the wrong shape is never looked up.
+  std::optional<DashboardSession> find(std::string_view token, int64_t now_us);
+  // Removes the token's session; false when there was none.
+  bool remove(std::string_view token);
+  size_t size() const;
+
+  int64_t ttlUs() const { return ttl_us_; }
+
+  // Whether `token` has the shape of a session token (43 base64url characters).
+  static bool wellFormed(std::string_view token);
+
+ private:
+  const size_t max_sessions_;
+  const int64_t ttl_us_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, DashboardSession> by_hash_;  // guarded by mu_: raw SHA-256 of the token
+};
+
+}  // namespace lg::proxy
