@@ -10,6 +10,7 @@ packages=(
   libpcre2-dev libxxhash-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
   python3-prometheus-client  # metrics_test reads /metrics with Prometheus' own parser too
+  chromium libnss3-tools     # e2e_dashboard: the dashboard in headless Chromium, the local CA trusted through certutil
   ${LG_EXTRA_PACKAGES:-}
 )
 

@@ -5,11 +5,23 @@
 # through NODE_EXTRA_CA_CERTS (billing's too), Codex CLI through a custom
 # Responses provider, GET /metrics (with a metrics token set), and curl's
 # view of the SSE framing.
-# Usage: run.sh LATENTGATE_BINARY [TEST.mjs ...]  (default: all of them)
+# dashboard.test.mjs (ctest e2e_dashboard) runs on a server of its own:
+# run.sh BINARY dashboard.test.mjs; it needs Chromium (scripts/install-deps.sh)
+# and skips (77) without it. Its screenshots go to $LG_ARTIFACTS_DIR (default:
+# the build directory's test-artifacts/).
+# Usage: run.sh LATENTGATE_BINARY [TEST.mjs ...]  (default: all but the dashboard's)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 binary=$1
-if [[ ! -d $here/node_modules/openai ]]; then
+if [[ " ${*:2} " == *" dashboard.test.mjs "* ]]; then
+  chromium=${LG_CHROMIUM:-/usr/bin/chromium}
+  if [[ ! -x $chromium ]] || ! command -v certutil >/dev/null; then
+    echo "e2e: $chromium or certutil not found (scripts/install-deps.sh installs chromium and libnss3-tools): the dashboard test is SKIPPED"
+    exit 77
+  fi
+  export LG_ARTIFACTS_DIR=${LG_ARTIFACTS_DIR:-$(cd "$(dirname "$binary")/.." && pwd)/test-artifacts}
+fi
+if [[ ! -d $here/node_modules/openai || ! -d $here/node_modules/playwright-core ]]; then
   # The pinned packages come from the npm registry; without it the clients
   # cannot run: skipped (exit 77, ctest's SKIP_RETURN_CODE), not passed.
   if ! (cd "$here" && timeout 300 npm ci --no-audit --no-fund >/dev/null 2>&1); then

@@ -1,0 +1,251 @@
+// The cost dashboard (GET /dashboard) in a real browser: Debian's Chromium,
+// headless, driven by playwright-core, trusting the server's local CA
+// through an NSS database in a temporary HOME (no certificate errors are
+// ignored). Two teams' keys make requests with the official openai SDK
+// (a long system prompt repeated, so some prompts hit the cache); the admin
+// signs in through the form and every number the page shows for the totals,
+// the keys and the teams equals /admin/usage's for the page's range, to the
+// string; a screenshot is saved; then a key of team alpha signs in and
+// nothing of team beta (key ids, names, the team, its system prompt's
+// fingerprint) is in the page or in /dashboard/api/overview, and that key
+// gets 401 on the admin API. No key is ever in a URL, the page or storage.
+//
+// run.sh starts the server (ctest e2e_dashboard: run.sh BINARY
+// dashboard.test.mjs) and skips with 77 when Chromium is absent; run some
+// other way without Chromium, the test is reported as skipped, not passed.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+import { server as connect } from './server.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const chromiumPath = process.env.LG_CHROMIUM ?? '/usr/bin/chromium';
+const haveChromium = existsSync(chromiumPath);
+const skip = haveChromium ? false : `Chromium not found at ${chromiumPath} (scripts/install-deps.sh installs it)`;
+if (skip) console.log(`dashboard e2e: SKIPPED: ${skip}`);
+
+// Without these Chromium reaches for Google's services and stalls on this closed network.
+const chromiumFlags = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+                       '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+const ADMIN = process.env.LG_ADMIN_KEY;
+let server, temp, context, page;
+const keys = {};      // name -> {id, key, team}
+const urls = [];      // every URL the browser asked for
+
+before(async () => {
+  if (skip) return;
+  server = connect();
+  for (const [team, name] of [['dash-alpha', 'alpha-lead'], ['dash-alpha', 'alpha-bot'], ['dash-beta', 'beta-ops']]) {
+    keys[name] = { key: await server.createKey(team, name), team };
+  }
+  const listed = JSON.parse((await server.request('GET', '/admin/keys', { headers: auth(ADMIN) })).body).data;
+  for (const k of listed) if (keys[k.name]) keys[k.name].id = k.id;
+
+  // Requests: each team repeats its own long system prompt, so its later
+  // requests hit the cache; alpha's bot streams one.
+  const alphaPrompt = 'You are the alpha team\'s research agent. Cite every source you use. '.repeat(60);
+  const betaPrompt = 'You are the beta team\'s support agent. Answer politely and briefly. '.repeat(60);
+  const ask = async (name, system, user, stream = false) => {
+    const client = new OpenAI({ apiKey: keys[name].key, baseURL: server.url + '/v1', maxRetries: 0 });
+    const body = { model: 'deepseek-chat', max_tokens: 4, temperature: 0,
+                   messages: [{ role: 'system', content: system }, { role: 'user', content: user }] };
+    if (!stream) return (await client.chat.completions.create(body)).usage;
+    let usage = null;
+    for await (const c of await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } })) {
+      if (c.usage) usage = c.usage;
+    }
+    return usage;
+  };
+  await ask('alpha-lead', alphaPrompt, 'Summarise the first paper.');
+  const hit = await ask('alpha-lead', alphaPrompt, 'And the second one.');
+  assert.ok(hit.prompt_cache_hit_tokens > 0, 'the repeated system prompt hits the cache');
+  await ask('alpha-bot', alphaPrompt, 'List the open questions.', true);
+  await ask('beta-ops', betaPrompt, 'A customer asks about refunds.');
+  await ask('beta-ops', betaPrompt, 'And about shipping.');
+
+  // A HOME whose NSS database trusts the server's CA: Chromium verifies the
+  // certificate as it would a public one.
+  temp = mkdtempSync(join(tmpdir(), 'lg-dashboard-e2e-'));
+  const nss = join(temp, 'home', '.pki', 'nssdb');
+  mkdirSync(nss, { recursive: true });
+  execFileSync('certutil', ['-d', `sql:${nss}`, '-N', '--empty-password']);
+  execFileSync('certutil', ['-d', `sql:${nss}`, '-A', '-t', 'C,,', '-n', 'latentgate-e2e-ca', '-i',
+                            process.env.NODE_EXTRA_CA_CERTS]);
+  const { chromium } = await import('playwright-core');
+  context = await chromium.launchPersistentContext(join(temp, 'profile'), {
+    executablePath: chromiumPath,
+    headless: true,
+    args: chromiumFlags.filter((f) => f !== '--headless'),  // playwright adds --headless itself
+    env: { ...process.env, HOME: join(temp, 'home') },
+    viewport: { width: 1440, height: 900 },
+    deviceScaleFactor: 1,
+  });
+  page = context.pages()[0] ?? await context.newPage();
+  context.on('request', (r) => urls.push(r.url()));
+  page.on('pageerror', (e) => console.log(`page error: ${e.message}`));
+});
+
+after(async () => {
+  if (context) await context.close();
+  if (temp) rmSync(temp, { recursive: true, force: true });
+});
+
+function auth(key) { return { authorization: `Bearer ${key}` }; }
+
+async function adminJson(path) {
+  const r = await server.request('GET', path, { headers: auth(ADMIN) });
+  assert.equal(r.status, 200, `${path}: ${r.body}`);
+  return JSON.parse(r.body);
+}
+
+async function signIn(key, role) {
+  await page.waitForSelector('body[data-state=signin]');
+  await page.fill('[data-testid=signin-key]', key);
+  await page.click('[data-testid=signin-submit]');
+  await page.waitForSelector(`body[data-state=ready] [data-testid=viewer][data-role=${role}]`);
+  assert.equal(await page.inputValue('[data-testid=signin-key]'), '', 'the key does not stay in the form');
+}
+
+const attr = (selector, name) => page.getAttribute(selector, name);
+
+// What the page shows: the totals, and each key's and team's exact cost.
+async function shown() {
+  return page.evaluate(() => {
+    const value = (root, id) => root.querySelector(`[data-testid=${id}]`)?.getAttribute('data-value') ?? null;
+    const rows = (id, key) => Object.fromEntries([...document.querySelectorAll(`[data-testid=${id}]`)].map((r) => [
+      r.getAttribute(key), { cost: value(r, id.replace('-row', '-cost')), savings: value(r, id.replace('-row', '-savings')) },
+    ]));
+    const info = document.querySelector('[data-testid=range-info]');
+    return {
+      from: Number(info.dataset.from), to: Number(info.dataset.to),
+      cost: value(document, 'total-cost-value'), savings: value(document, 'total-savings-value'),
+      requests: document.querySelector('[data-testid=total-requests]').dataset.value,
+      hit: Number(document.querySelector('[data-testid=hit-rate]').dataset.hit),
+      prompt: Number(document.querySelector('[data-testid=hit-rate]').dataset.prompt),
+      keys: rows('key-row', 'data-key-id'), teams: rows('team-row', 'data-team'),
+    };
+  });
+}
+
+// The page's own fetch of the overview (its cookie, its origin).
+async function overviewFromPage() {
+  return page.evaluate(async () => {
+    const r = await fetch('/dashboard/api/overview?range=24h', { credentials: 'same-origin' });
+    return { status: r.status, body: await r.text() };
+  });
+}
+
+function assertNoSecrets(text, where) {
+  for (const secret of [ADMIN, ...Object.values(keys).map((k) => k.key)]) {
+    assert.ok(!text.includes(secret), `${where} holds a key`);
+  }
+}
+
+test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team key sees only its team', { skip }, async () => {
+  await page.goto(server.url + '/dashboard');
+  await signIn(ADMIN, 'admin');
+
+  const s = await shown();
+  const range = `from=${s.from}&to=${s.to}`;
+  const usage = await adminJson(`/admin/usage?${range}`);
+  const byKey = await adminJson(`/admin/usage?${range}&group_by=key`);
+  const byTeam = await adminJson(`/admin/usage?${range}&group_by=team`);
+  assert.equal(s.cost, usage.totals.cost_total);
+  assert.equal(s.savings, usage.totals.cache_savings);
+  assert.equal(s.requests, String(usage.totals.requests));
+  assert.equal(s.hit, usage.totals.prompt_cache_hit_tokens);
+  assert.equal(s.prompt, usage.totals.prompt_tokens);
+  assert.ok(usage.totals.requests >= 5 && Number(usage.totals.cache_savings) > 0, JSON.stringify(usage.totals));
+  for (const row of byKey.data) {
+    assert.deepEqual(s.keys[row.key_id], { cost: row.cost_total, savings: row.cache_savings }, `key ${row.key_id}`);
+  }
+  for (const row of byTeam.data) {
+    assert.deepEqual(s.teams[row.team], { cost: row.cost_total, savings: row.cache_savings }, `team ${row.team}`);
+  }
+  // Keys and teams without usage in the range show zero.
+  for (const [id, v] of Object.entries(s.keys)) {
+    if (!byKey.data.some((r) => r.key_id === id)) assert.deepEqual(v, { cost: '0', savings: '0' }, id);
+  }
+  for (const name of Object.keys(keys)) assert.ok(s.keys[keys[name].id], `${name} is listed`);
+  assert.ok(s.teams['dash-alpha'] && s.teams['dash-beta']);
+  // The JSON behind it: the usage API's strings, by construction.
+  const overview = await overviewFromPage();
+  assert.equal(overview.status, 200);
+  const o = JSON.parse(overview.body);
+  assert.deepEqual(o.totals, usage.totals);
+  // The memory picture is /metrics' (weights and pool capacity do not move).
+  const metrics = (await server.request('GET', '/metrics', { headers: auth(ADMIN) })).body;
+  const gauge = (name) => Number(metrics.match(new RegExp(`^${name} (\\S+)$`, 'm'))[1]);
+  assert.equal(Number(await attr('[data-testid=memory-weights]', 'data-bytes')), gauge('latentgate_model_weights_bytes'));
+  assert.equal(Number(await attr('[data-testid=memory-capacity]', 'data-bytes')), gauge('latentgate_latent_pool_capacity_bytes'));
+  // Recent requests: every key that made one appears, with its TTFT.
+  assert.ok(await page.locator('[data-testid=recent-row]').count() >= 5);
+
+  const artifacts = resolve(process.env.LG_ARTIFACTS_DIR ?? join(here, '..', '..', 'build', 'test-artifacts'));
+  mkdirSync(artifacts, { recursive: true });
+  const shot = join(artifacts, 'dashboard.png');
+  await page.screenshot({ path: shot, fullPage: true });
+  console.log(`dashboard screenshot (admin): ${shot}`);
+
+  // No key in the page, its URLs or its storage; the session is an HttpOnly cookie.
+  assertNoSecrets(await page.content(), 'the admin page');
+  assertNoSecrets(urls.join('\n'), 'a URL');
+  assert.deepEqual(await page.evaluate(() => [localStorage.length, sessionStorage.length, document.cookie]), [0, 0, '']);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === 'lg_dashboard');
+  assert.ok(session, JSON.stringify(cookies.map((c) => c.name)));
+  assert.deepEqual([session.httpOnly, session.secure, session.sameSite, session.path], [true, true, 'Strict', '/dashboard']);
+  assert.match(session.value, /^[A-Za-z0-9_-]{43}$/);
+  assertNoSecrets(session.value, 'the cookie');
+
+  // Sign out: the cookie is gone and the API refuses the page.
+  await page.click('[data-testid=signout]');
+  await page.waitForSelector('body[data-state=signin]');
+  assert.ok(!(await context.cookies()).some((c) => c.name === 'lg_dashboard'));
+  assert.equal((await overviewFromPage()).status, 401);
+  assert.equal(await page.locator('[data-testid=key-row]').count(), 0, 'nothing of the admin view stays in the page');
+
+  // A key of team alpha: its team's keys (both), nothing of beta's.
+  await signIn(keys['alpha-lead'].key, 'team');
+  const beta = keys['beta-ops'];
+  const betaPrompts = (await adminJson(`/admin/usage?group_by=system_prompt&team=dash-beta`)).data
+    .map((r) => r.system_prompt).filter(Boolean);
+  assert.ok(betaPrompts.length >= 1);
+  const forbidden = [beta.id, 'beta-ops', 'dash-beta', ...betaPrompts];
+  const html = await page.content();
+  const teamView = await overviewFromPage();
+  assert.equal(teamView.status, 200);
+  const bearerView = await server.request('GET', '/dashboard/api/overview', { headers: auth(keys['alpha-lead'].key) });
+  assert.equal(bearerView.status, 200);
+  for (const [where, text] of [['the page', html], ['the overview', teamView.body], ['the Bearer overview', bearerView.body]]) {
+    for (const f of forbidden) assert.ok(!text.includes(f), `${where} shows team beta's ${f}`);
+    assertNoSecrets(text, where);
+  }
+  const t = JSON.parse(teamView.body);
+  assert.equal(t.viewer.team, 'dash-alpha');
+  assert.ok(!('teams' in t) && !('memory' in t));
+  assert.deepEqual(t.keys.map((k) => k.key_id).sort(), [keys['alpha-lead'].id, keys['alpha-bot'].id].sort());
+  assert.ok(await page.isHidden('#teams-panel') && await page.isHidden('#memory-panel'));
+  const ts = await shown();
+  const alphaUsage = await adminJson(`/admin/usage?from=${ts.from}&to=${ts.to}&team=dash-alpha`);
+  assert.equal(ts.cost, alphaUsage.totals.cost_total);
+  assert.equal(ts.savings, alphaUsage.totals.cache_savings);
+  assert.deepEqual(t.totals, alphaUsage.totals);
+  await page.screenshot({ path: join(artifacts, 'dashboard-team.png'), fullPage: true });
+  console.log(`dashboard screenshot (team dash-alpha): ${join(artifacts, 'dashboard-team.png')}`);
+
+  // A team's key is no admin.
+  for (const path of ['/admin/usage', '/admin/keys']) {
+    const r = await server.request('GET', path, { headers: auth(keys['alpha-lead'].key) });
+    assert.equal(r.status, 401, path);
+    assert.equal(JSON.parse(r.body).error.code, 'invalid_api_key');
+  }
+  assertNoSecrets(urls.join('\n'), 'a URL');
+  assert.ok(urls.every((u) => new URL(u).origin === new URL(server.url).origin), 'the page loads nothing from elsewhere');
+});
