@@ -206,19 +206,18 @@ class Ledger {
   Result<std::optional<LedgerEntry>> find(const std::string& request_id) const;
   // Entries with start_us in [from_us, to_us), in start order, until fn returns false.
   Status scanEntries(int64_t from_us, int64_t to_us, const std::function<bool(const LedgerEntry&)>& fn) const;
-  Result<std::vector<UsageRow>> usage(const UsageQuery& query) const;
-  // Recomputes every counter from the entries and compares with the store.
-  Result<VerifyReport> verify() const;
-
-  LedgerStats stats() const;
-  const LedgerOptions& options() const { return options_; }
-
   // The newest entries with start_us in [from_us, to_us), newest first: at
   // most `limit`, only `team`'s when it is not empty, having read at most
   // `max_examined` entries (a bounded reverse scan: a team whose requests are
   // rare among the newest `max_examined` gets fewer than `limit`).
   Result<std::vector<LedgerEntry>> recentEntries(size_t limit, std::string_view team, int64_t from_us, int64_t to_us,
                                                  size_t max_examined = 10'000) const;
+  Result<std::vector<UsageRow>> usage(const UsageQuery& query) const;
+  // Recomputes every counter from the entries and compares with the store.
+  Result<VerifyReport> verify() const;
+
+  LedgerStats stats() const;
+  const LedgerOptions& options() const { return options_; }
 
  private:
   struct Pending {

@@ -166,12 +166,6 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses,
                          proxy::BillingServices{ledger->get(), prices->get()});
   proxy::BillingApi billing_api(**ledger, **prices, **keys, *admin);
-  // GET /dashboard (docs/dashboard.md): the ledger's numbers as the usage API
-  // shows them, the limits' buckets, and the memory picture /metrics reads.
-  const proxy::MemoryFacts memory_facts{(*backend)->model().checkpointBytes(),
-                                        static_cast<uint64_t>((*backend)->latentLayout().blockBytes())};
-  proxy::Dashboard dashboard(**ledger, **keys, *admin, /*budgets=*/nullptr, &gateway.rateLimiter(),
-                             proxy::DashboardMemorySources{scheduler->get(), cache->index.get(), memory_facts});
   // Publishing into a shared namespace needs the cache (cache.enabled).
   std::unique_ptr<proxy::SharedPrefixPublisher> shared_prefixes;
   if (cache->index) {
@@ -184,12 +178,18 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
     shared_prefixes = std::make_unique<proxy::SharedPrefixPublisher>(shared_prefix_options, **scheduler, *cache->index,
                                                                       encoder, *admin);
   }
+  // GET /dashboard (docs/dashboard.md): the ledger's numbers as the usage API
+  // shows them, the limits' buckets, and the memory picture /metrics reads.
+  const proxy::MemoryFacts memory_facts{(*backend)->model().checkpointBytes(),
+                                        static_cast<uint64_t>((*backend)->latentLayout().blockBytes())};
+  proxy::Dashboard dashboard(**ledger, **keys, *admin, /*budgets=*/nullptr, &gateway.rateLimiter(),
+                             proxy::DashboardMemorySources{scheduler->get(), cache->index.get(), memory_facts});
   proxy::Router router;
   proxy::addHealthRoutes(router, [] { return proxy::Readiness{true, ""}; });
   gateway.addRoutes(router);
   billing_api.addRoutes(router);
-  dashboard.addRoutes(router);
   if (shared_prefixes) shared_prefixes->addRoutes(router);
+  dashboard.addRoutes(router);
   auto metrics_access = proxy::metricsAccess(*admin, config.server.metrics_token);
   if (!metrics_access.isOk()) return fail("metrics", metrics_access.status());
   proxy::addEngineCollectors(metrics_registry, **scheduler, cache->index.get(), memory_facts);

@@ -96,7 +96,14 @@ class TeamABudget : public billing::BudgetView {
  public:
   std::optional<billing::BudgetStatus> budgetOf(const billing::Principal& who, int64_t) const override {
     if (who.team != "team-a") return std::nullopt;
-    return billing::BudgetStatus{"team", "month", 1'800'000'000, 5'000'000'000'000, 1'000'000'000'000, 250'000'000};
+    billing::BudgetStatus s;
+    s.scope = "team";
+    s.period = "month";
+    s.period_end_s = 1'800'000'000;
+    s.limit = 5'000'000'000'000;  // $5
+    s.spent = 1'000'000'000'000;
+    s.reserved = 250'000'000;
+    return s;
   }
 };
 
@@ -576,8 +583,12 @@ TEST_F(DashboardTest, ATeamSeesItsTeamOnlyAndTheAdminEverything) {
   EXPECT_EQ(a["system_prompts"][0]["system_prompt"], fp_a);
   EXPECT_EQ(a["recent"].size(), 4u);  // alice's and andy's in the 24 hours
   // The team's budget (BudgetView) and each key's limits left (the limiter's peek).
-  EXPECT_EQ(a["budget"], json({{"scope", "team"}, {"period", "month"}, {"period_end", 1800000000}, {"limit", "5"},
-                               {"spent", "1"}, {"reserved", "0.00025"}, {"remaining", "3.99975"}}));
+  // /v1/usage's budget object (its fields beyond these may grow with budgets).
+  const json want = {{"scope", "team"}, {"period", "month"}, {"period_end", 1800000000}, {"limit", "5"},
+                     {"spent", "1"}, {"reserved", "0.00025"}, {"remaining", "3.99975"}};
+  for (const auto& [field, value] : want.items()) EXPECT_EQ(a["budget"][field], value) << field;
+  const Reply usage = curl("GET", "/v1/usage", {"-H", "Authorization: Bearer " + secrets_["alice"]});
+  EXPECT_EQ(a["budget"], usage.parsed()["budget"]) << "the dashboard shows a budget as /v1/usage does";
   for (const json& k : a["keys"]) {
     EXPECT_EQ(k["budget"]["remaining"], "3.99975");
     EXPECT_EQ(k["rate_limits"]["requests"]["limit"], 3);
