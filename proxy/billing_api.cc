@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/budget_api.h"
 #include "proxy/gateway.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/proxy_log.h"
@@ -464,10 +465,7 @@ void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> 
   json budget = nullptr;
   if (budgets_ != nullptr) {
     if (auto b = budgets_->budgetOf(*who, nowUs() / kUsPerS)) {
-      budget = json{{"scope", b->scope}, {"period", b->period},
-                    {"period_end", b->period_end_s > 0 ? json(b->period_end_s) : json(nullptr)},
-                    {"limit", billing::usd(b->limit)}, {"spent", billing::usd(b->spent)},
-                    {"reserved", billing::usd(b->reserved)}, {"remaining", billing::usd(b->remaining())}};
+      budget = budgetStatusJson(*b);
     }
   }
   exchange->respond(200, jsonHeaders(),
@@ -493,7 +491,7 @@ void BillingApi::balance(const HttpRequest&, std::shared_ptr<Exchange> exchange)
   if (budgets_ != nullptr) {
     if (auto b = budgets_->budgetOf(*who, nowUs() / kUsPerS)) {
       available = b->remaining() > 0;
-      balance = billing::usdCents(std::max<int64_t>(b->remaining(), 0));
+      balance = billing::usdCents(std::max<Int128>(b->remaining(), 0));
     }
   }
   exchange->respond(200, jsonHeaders(),
