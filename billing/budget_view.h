@@ -1,7 +1,6 @@
-// BudgetView: the seam through which the usage API shows a key's budget.
-// Budgets and their reservations are a later change (issue 12, point 4);
-// until one implements this, the gateway has none and GET /v1/usage reports
-// "budget": null and GET /user/balance an unlimited key (docs/billing.md).
+// BudgetView: what the usage API (GET /v1/usage, GET /user/balance) and the
+// dashboard show of a key's budget; billing::Budgets (budgets.h) implements
+// it. docs/billing.md.
 //
 // Thread-safety: implementations must allow concurrent calls.
 #pragma once
@@ -11,18 +10,21 @@
 #include <string>
 
 #include "billing/key_store.h"
+#include "common/decimal.h"
 
 namespace lg::billing {
 
 // Pico-dollars, like every amount in billing/.
 struct BudgetStatus {
-  std::string scope;         // "key" or "team": the tighter budget that applies
+  std::string scope;         // "key" or "team": the budget that binds (the less remaining)
   std::string period;        // "day", "month" or "total"
+  int64_t period_start_s = 0;  // Unix seconds: this period's first (UTC midnight, the 1st); 0 for total
   int64_t period_end_s = 0;  // Unix seconds when the period renews; 0: never
   int64_t limit = 0;
-  int64_t spent = 0;         // committed entries in the period
-  int64_t reserved = 0;      // held for requests in flight
-  int64_t remaining() const { return limit - spent - reserved; }
+  int64_t soft_limit = 0;    // warnings (a log line, a metric) once spent reaches it
+  Int128 spent = 0;          // committed ledger entries that started in the period
+  Int128 reserved = 0;       // held for requests in flight
+  Int128 remaining() const { return Int128{limit} - spent - reserved; }
 };
 
 class BudgetView {

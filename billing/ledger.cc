@@ -392,9 +392,22 @@ void Ledger::commitBatch(std::vector<Pending>& batch) {
       if (results[i].isOk() && cost > 0) options_.metrics->addCost(batch[i].entry.team, static_cast<uint64_t>(cost));
     }
   }
+  if (written.isOk()) {
+    std::lock_guard lock(observers_mu_);
+    for (CommitObserver* o : observers_) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (results[i].isOk()) o->committed(batch[i].entry);
+      }
+    }
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].done) batch[i].done(results[i].isOk() ? written : results[i]);
   }
+}
+
+void Ledger::addObserver(CommitObserver* observer) {
+  std::lock_guard lock(observers_mu_);
+  observers_.push_back(observer);
 }
 
 LedgerStats Ledger::stats() const {

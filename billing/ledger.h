@@ -172,6 +172,17 @@ struct VerifyReport {
   bool ok() const { return mismatches.empty(); }
 };
 
+// Told of every entry a group commit made durable (failed commits are not),
+// on the committer thread after the batch synced and before the entries'
+// callbacks run: a callback that releases what the request reserved (a
+// budget) therefore never leaves its cost uncounted in between. Must not
+// block.
+class CommitObserver {
+ public:
+  virtual ~CommitObserver() = default;
+  virtual void committed(const LedgerEntry& entry) = 0;
+};
+
 class Ledger {
  public:
   using Callback = std::function<void(Status)>;
@@ -219,6 +230,9 @@ class Ledger {
   LedgerStats stats() const;
   const LedgerOptions& options() const { return options_; }
 
+  // Tells `observer` of every later commit; it must outlive the ledger.
+  void addObserver(CommitObserver* observer);
+
  private:
   struct Pending {
     LedgerEntry entry;
@@ -243,6 +257,9 @@ class Ledger {
 
   mutable std::mutex stats_mu_;
   LedgerStats stats_;  // guarded by stats_mu_
+
+  std::mutex observers_mu_;
+  std::vector<CommitObserver*> observers_;  // guarded by observers_mu_
 
   std::thread committer_;
 };

@@ -3,7 +3,7 @@
 // The gateway: loads the model (the random-weight `demo` preset, made under
 // DATA/models/demo at first start, when none is given), the prefix cache
 // (tier 0 + DATA/kv), the scheduler, the API keys, stored responses, the
-// prices and the ledger (DATA/billing) and the TLS material (a local CA under
+// prices, the ledger and budgets (DATA/billing) and the TLS material (a local CA under
 // DATA/tls), serves the OpenAI-compatible API until SIGINT or SIGTERM, then
 // stops accepting, lets streams finish for a few seconds and persists the
 // cache. docs/gateway.md.
@@ -20,6 +20,7 @@
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
+#include "billing/budgets.h"
 #include "billing/ledger_metrics.h"
 #include "cache/cache_config.h"
 #include "cli/commands.h"
@@ -31,6 +32,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/presets.h"
 #include "proxy/billing_api.h"
+#include "proxy/budget_api.h"
 #include "proxy/dashboard.h"
 #include "proxy/gateway.h"
 #include "proxy/health_routes.h"
@@ -84,6 +86,10 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   metrics::Registry metrics_registry;
   proxy::GenerationMetrics generation_metrics;
   billing::LedgerMetrics ledger_metrics;  // the ledger's commits and costs by team (billing/ledger_metrics.h)
+  // Opened once the ledger is, but declared here: it outlives the ledger,
+  // whose last commits at shutdown count their costs and release their
+  // reservations, and the scheduler, whose requests hold reservations.
+  std::unique_ptr<billing::Budgets> budgets;
 
   std::string model_dir = config.engine.model_dir;
   if (model_dir.empty()) {
@@ -143,6 +149,12 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   ledger_options.metrics = &ledger_metrics;
   auto ledger = billing::Ledger::open(**billing_db, ledger_options);
   if (!ledger.isOk()) return fail("ledger", ledger.status());
+  // Before any request: what was spent is summed from the ledger, and every
+  // later commit is counted as it happens.
+  auto opened_budgets = billing::Budgets::open(**billing_db, **ledger,
+                                               {config.billing.key_budget, config.billing.team_budget}, now_us / 1'000'000);
+  if (!opened_budgets.isOk()) return fail("budgets", opened_budgets.status());
+  budgets = std::move(opened_budgets).value();
 
   proxy::TlsMaterial tls;
   auto server_options = proxy::loadHttpServerOptions(config, &tls);
@@ -164,8 +176,9 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway_options.metrics = &generation_metrics;
   proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
   proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses,
-                         proxy::BillingServices{ledger->get(), prices->get()});
-  proxy::BillingApi billing_api(**ledger, **prices, **keys, *admin);
+                         proxy::BillingServices{ledger->get(), prices->get(), budgets.get()});
+  proxy::BillingApi billing_api(**ledger, **prices, **keys, *admin, budgets.get());
+  proxy::BudgetApi budget_api(*budgets, **keys, *admin);
   // Publishing into a shared namespace needs the cache (cache.enabled).
   std::unique_ptr<proxy::SharedPrefixPublisher> shared_prefixes;
   if (cache->index) {
@@ -188,6 +201,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   proxy::addHealthRoutes(router, [] { return proxy::Readiness{true, ""}; });
   gateway.addRoutes(router);
   billing_api.addRoutes(router);
+  budget_api.addRoutes(router);
   if (shared_prefixes) shared_prefixes->addRoutes(router);
   dashboard.addRoutes(router);
   auto metrics_access = proxy::metricsAccess(*admin, config.server.metrics_token);
@@ -195,6 +209,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   proxy::addEngineCollectors(metrics_registry, **scheduler, cache->index.get(), memory_facts);
   metrics_registry.add([&generation_metrics](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
   metrics_registry.add([&ledger_metrics](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
+  metrics_registry.add([&budgets = *budgets](metrics::ExpositionWriter& w) { budgets.collect(w); });
   proxy::addMetricsRoute(router, metrics_registry, std::move(metrics_access).value());
   // Counts every request by route and status; built once every route is added.
   proxy::RequestMetrics request_metrics(router);

@@ -24,7 +24,7 @@ namespace {
 using json = nlohmann::json;
 using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, LatentDTypeSetting*,
                               PrefillAttentionSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*,
-                              SharedNamespaceGrants*, PriceTableSetting*>;
+                              SharedNamespaceGrants*, PriceTableSetting*, BudgetSetting*>;
 
 // The names of each enum setting, indexed by the enumerator's value: the one
 // list that parsing, validation messages and `config show` use.
@@ -34,6 +34,7 @@ constexpr std::array<std::string_view, 3> kPrefillAttentionNames = {"auto", "abs
 constexpr std::array<std::string_view, 4> kStoredDTypeNames = {"pool", "f32", "bf16", "int8"};
 constexpr std::array<std::string_view, 3> kRestorePolicyNames = {"auto", "always", "never"};
 constexpr std::array<std::string_view, 2> kFingerprintNames = {"sampled", "full"};
+constexpr std::array<std::string_view, 3> kBudgetPeriodNames = {"day", "month", "total"};
 
 std::span<const std::string_view> enumNames(LogFormat) { return kLogFormatNames; }
 std::span<const std::string_view> enumNames(LatentDTypeSetting) { return kLatentDTypeNames; }
@@ -106,6 +107,8 @@ const std::array kFields = {
     LG_FIELD("limits.team_requests_per_minute", limits.team_requests_per_minute),
     LG_FIELD("limits.team_tokens_per_minute", limits.team_tokens_per_minute),
     LG_FIELD("billing.prices", billing.prices),
+    LG_FIELD("billing.key_budget", billing.key_budget),
+    LG_FIELD("billing.team_budget", billing.team_budget),
 };
 #undef LG_FIELD
 
@@ -374,6 +377,71 @@ json pricesJson(const PriceTableSetting& table) {
   return out;
 }
 
+// ------------------------------------------------ billing.*_budget
+
+// $1,000,000 in pico-dollars: far above any team's budget, and far below 2^63
+// with every request's reservation added to it.
+constexpr int64_t kMaxBudget = int64_t{1'000'000} * 1'000'000'000'000;
+
+Status parseDollars(const std::string& path, const json& value, int64_t& out) {
+  if (!value.is_string()) {
+    return invalidArgument(path + ": expected USD as a decimal string such as \"25.00\" (exact; a JSON number "
+                           "would be read as binary floating point), got " + value.dump().substr(0, 100));
+  }
+  auto parsed = parseFixedDecimal(value.get<std::string>(), 12, kMaxBudget);
+  if (!parsed.isOk()) return invalidArgument(path + ": " + parsed.status().message() + " (USD, at most 12 decimals, at most 1000000)");
+  out = *parsed;
+  return Status::ok();
+}
+
+Status parseBudgetJson(const std::string& path, const json& value, BudgetSetting& out) {
+  if (!value.is_object()) {
+    return invalidArgument(path + R"(: expected an object {"limit": "25.00", "period": "month", "soft_limit": "20.00"}, got )" +
+                           value.dump().substr(0, 200));
+  }
+  for (const auto& [name, v] : value.items()) {
+    if (name != "limit" && name != "period" && name != "soft_limit") {
+      return invalidArgument(path + ": unknown field " + quoteValue(name) + " (limit, period, soft_limit)");
+    }
+  }
+  BudgetSetting b;
+  if (!value.contains("limit")) return invalidArgument(path + ".limit: missing (USD, or null for no budget)");
+  if (value["limit"].is_null()) {
+    if (value.size() > 1) return invalidArgument(path + ": a budget with \"limit\": null takes no other field");
+    out = b;
+    return Status::ok();
+  }
+  b.enabled = true;
+  LG_RETURN_IF_ERROR(parseDollars(path + ".limit", value["limit"], b.limit));
+  if (value.contains("period")) {
+    const json& p = value["period"];
+    const std::string name = p.is_string() ? p.get<std::string>() : p.dump();
+    auto it = std::find(kBudgetPeriodNames.begin(), kBudgetPeriodNames.end(), name);
+    if (!p.is_string() || it == kBudgetPeriodNames.end()) {
+      return invalidArgument(path + ".period: expected \"day\", \"month\" or \"total\", got " + quoteValue(name));
+    }
+    b.period = static_cast<BudgetPeriodSetting>(it - kBudgetPeriodNames.begin());
+  }
+  if (value.contains("soft_limit")) {
+    LG_RETURN_IF_ERROR(parseDollars(path + ".soft_limit", value["soft_limit"], b.soft_limit));
+    if (b.soft_limit > b.limit) {
+      return invalidArgument(path + ".soft_limit: " + formatFixedDecimal(b.soft_limit, 12) + " is above the limit " +
+                             formatFixedDecimal(b.limit, 12));
+    }
+  } else {
+    b.soft_limit = b.limit / 5 * 4;  // 80%, rounded down to the pico-dollar
+  }
+  out = b;
+  return Status::ok();
+}
+
+json budgetJson(const BudgetSetting& b) {
+  if (!b.enabled) return json{{"limit", nullptr}};
+  return json{{"limit", formatFixedDecimal(b.limit, 12)},
+              {"period", std::string(kBudgetPeriodNames[static_cast<size_t>(b.period)])},
+              {"soft_limit", formatFixedDecimal(b.soft_limit, 12)}};
+}
+
 Status setFromString(const Field& field, const std::string& value, Config& config) {
   const std::string path(field.path);
   return std::visit(
@@ -398,6 +466,10 @@ Status setFromString(const Field& field, const std::string& value, Config& confi
           const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
           if (parsed.is_discarded()) return invalidArgument(path + ": expected a JSON object, got " + quoteValue(value));
           return parsePrices(path, parsed, *target);
+        } else if constexpr (std::is_same_v<T, BudgetSetting>) {
+          const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+          if (parsed.is_discarded()) return invalidArgument(path + ": expected a JSON object, got " + quoteValue(value));
+          return parseBudgetJson(path, parsed, *target);
         } else {
           return parseEnum(path, value, *target);
         }
@@ -435,6 +507,7 @@ Status setFromJson(const Field& field, const json& value, Config& config) {
   }
   if (auto* g = std::get_if<SharedNamespaceGrants*>(&ref)) return parseGrants(path, value, **g);
   if (auto* p = std::get_if<PriceTableSetting*>(&ref)) return parsePrices(path, value, **p);
+  if (auto* b = std::get_if<BudgetSetting*>(&ref)) return parseBudgetJson(path, value, **b);
   if (!value.is_string()) return invalidArgument(path + ": expected a string, got " + value.dump());
   return setFromString(field, value.get<std::string>(), config);
 }
@@ -673,6 +746,8 @@ std::string configToJson(const Config& config) {
             leaf = std::string(enumName(*value));
           } else if constexpr (std::is_same_v<T, PriceTableSetting>) {
             leaf = pricesJson(*value);
+          } else if constexpr (std::is_same_v<T, BudgetSetting>) {
+            leaf = budgetJson(*value);
           } else {
             leaf = *value;
           }
@@ -693,6 +768,18 @@ Result<PriceTableSetting> parsePriceTable(std::string_view json_text, const std:
 }
 
 std::string priceTableToJson(const PriceTableSetting& table) { return pricesJson(table).dump(); }
+
+Result<BudgetSetting> parseBudget(std::string_view json_text, const std::string& path) {
+  const json parsed = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return invalidArgument(path + ": not JSON");
+  BudgetSetting budget;
+  LG_RETURN_IF_ERROR(parseBudgetJson(path, parsed, budget));
+  return budget;
+}
+
+std::string budgetToJson(const BudgetSetting& budget) { return budgetJson(budget).dump(); }
+
+std::string_view budgetPeriodName(BudgetPeriodSetting period) { return kBudgetPeriodNames[static_cast<size_t>(period)]; }
 
 std::map<std::string, std::string> processEnvironment() {
   std::map<std::string, std::string> env;

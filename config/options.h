@@ -143,8 +143,26 @@ struct ModelPriceSetting {
 // list for every model (billing/prices.h).
 using PriceTableSetting = std::map<std::string, ModelPriceSetting>;
 
+// A spending limit (billing/budgets.h): at most `limit` pico-dollars per
+// period, counting committed entries and holding a reservation for each
+// request in flight. Written as {"limit": "25.00", "period": "month",
+// "soft_limit": "20.00"} in USD (exact decimal strings); the soft limit
+// (default 80% of the limit) only warns.
+enum class BudgetPeriodSetting : uint8_t { kDay, kMonth, kTotal };  // UTC days, UTC calendar months, ever
+struct BudgetSetting {
+  bool enabled = false;  // false: no budget (unlimited)
+  int64_t limit = 0;     // pico-dollars; 0 with enabled: nothing may be spent
+  BudgetPeriodSetting period = BudgetPeriodSetting::kMonth;
+  int64_t soft_limit = 0;  // pico-dollars, <= limit
+  bool operator==(const BudgetSetting&) const = default;
+};
+
 struct BillingOptions {
   PriceTableSetting prices;  // the table in force until PUT /admin/pricing schedules another
+  // Budgets of every key and every team that has none of its own (PUT
+  // /admin/budgets/keys/ID and /admin/budgets/teams/TEAM set those).
+  BudgetSetting key_budget;
+  BudgetSetting team_budget;
 };
 
 struct Config {

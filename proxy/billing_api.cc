@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/budget_api.h"
 #include "proxy/gateway.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/proxy_log.h"
@@ -318,8 +319,12 @@ void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> 
       data.push_back(countersJson(r.counters, json{{"period_start", r.period_start_s}, {"period", isoTime(r.period_start_s)}}));
     }
   }
-  const json budget =
-      budgetJson(budgets_ != nullptr ? budgets_->budgetOf(*who, nowUs() / kUsPerS) : std::nullopt);
+  json budget = nullptr;
+  if (budgets_ != nullptr) {
+    if (auto b = budgets_->budgetOf(*who, nowUs() / kUsPerS)) {
+      budget = budgetStatusJson(*b);
+    }
+  }
   exchange->respond(200, jsonHeaders(),
                     dumped(json{{"object", "usage"},
                                 {"key_id", who->key_id},
@@ -343,7 +348,7 @@ void BillingApi::balance(const HttpRequest&, std::shared_ptr<Exchange> exchange)
   if (budgets_ != nullptr) {
     if (auto b = budgets_->budgetOf(*who, nowUs() / kUsPerS)) {
       available = b->remaining() > 0;
-      balance = billing::usdCents(std::max<int64_t>(b->remaining(), 0));
+      balance = billing::usdCents(std::max<Int128>(b->remaining(), 0));
     }
   }
   exchange->respond(200, jsonHeaders(),

@@ -78,6 +78,11 @@ int64_t reservedTokens(const serving::GenerationRequest& r) {
 }
 int64_t usedTokens(const serving::Usage& u) { return int64_t{u.prompt_tokens} + u.completion_tokens; }
 
+// What a budget holds for a request while it runs (billing/budgets.h).
+int64_t maxCost(const RequestBilling* billed, const serving::GenerationRequest& r) {
+  return billed ? billed->maxCost(static_cast<int64_t>(r.prompt.size()), r.sampling.max_tokens) : 0;
+}
+
 RequestBilling::Info billingInfo(std::string response_id, std::string requested_model, std::string system_prompt,
                                 bool stream) {
   RequestBilling::Info info;
@@ -217,6 +222,19 @@ bool Gateway::admitRate(Exchange& exchange, const billing::Principal& who, int64
   return false;
 }
 
+bool Gateway::admit(Exchange& exchange, const billing::Principal& who, int64_t tokens, RequestBilling* billed,
+                    int64_t max_cost, HttpHeaders& headers) {
+  if (billed != nullptr && !billed->reserveBudget(exchange, max_cost)) {
+    billed->abandon();
+    return false;
+  }
+  if (!admitRate(exchange, who, tokens, headers)) {
+    if (billed != nullptr) billed->abandon();
+    return false;
+  }
+  return true;
+}
+
 // ----------------------------------------------------------- chat completions
 
 void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
@@ -257,10 +275,7 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, {});
   const int64_t reserved = reservedTokens(gen);
-  if (!admitRate(*exchange, *who, reserved, headers)) {
-    if (billed) billed->abandon();
-    return;
-  }
+  if (!admit(*exchange, *who, reserved, billed.get(), maxCost(billed.get(), gen), headers)) return;
   submitOne(exchange, std::move(gen), responder, stream, std::move(headers), parsed->params, *who, reserved,
             std::move(billed));
 }
@@ -312,11 +327,12 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   std::vector<int64_t> reserved(n);
   for (size_t i = 0; i < n; ++i) reserved[i] = reservedTokens(requests[i]);
   int64_t unsubmitted = 0;
-  for (int64_t r : reserved) unsubmitted += r;
-  if (!admitRate(*exchange, *who, unsubmitted, headers)) {
-    if (billed) billed->abandon();
-    return;
+  int64_t max_cost = 0;
+  for (size_t i = 0; i < n; ++i) {
+    unsubmitted += reserved[i];
+    max_cost += maxCost(billed.get(), requests[i]);
   }
+  if (!admit(*exchange, *who, unsubmitted, billed.get(), max_cost, headers)) return;
   // Holds what the prompts' sinks produce until every prompt is submitted:
   // a later prompt's refusal must be the whole response, and an earlier
   // prompt's events (its chunks, its cancellation) would otherwise reach the
@@ -474,10 +490,7 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
   HttpHeaders headers = stream ? sseHeaders() : jsonHeaders();
   addNotes(headers, parsed->ignored, parsed->hosted_tools);
   const int64_t reserved = reservedTokens(gen);
-  if (!admitRate(*exchange, *who, reserved, headers)) {
-    if (billed) billed->abandon();
-    return;
-  }
+  if (!admit(*exchange, *who, reserved, billed.get(), maxCost(billed.get(), gen), headers)) return;
   std::function<void(const openai::ResponsesResponder&)> on_done;
   if (responses_ != nullptr) {
     // On the engine thread, before the client sees the end of the response,

@@ -12,7 +12,8 @@
 //
 // With a ledger (BillingServices), every generation request gets one ledger
 // entry, and the end of its response (the part with usage and usage.cost)
-// reaches the client only once the entry is durable (request_billing.h).
+// reaches the client only once the entry is durable (request_billing.h);
+// with budgets, it is admitted only if its most possible cost fits them.
 //
 // Thread-safety: routes may run on every I/O thread at once; the gateway's
 // state is immutable after construction, except the key store, the response
@@ -84,6 +85,11 @@ class Gateway {
   // per-minute limits and adds the x-ratelimit-* headers; false: a 429 with
   // Retry-After was sent and nothing was charged.
   bool admitRate(Exchange& exchange, const billing::Principal& who, int64_t tokens, HttpHeaders& headers);
+  // Admission before any work: the budgets first (a reservation of
+  // `max_cost`, held by `billed`), then the rate limits. False: refused with
+  // a 429, the request's billing abandoned, nothing held or charged.
+  bool admit(Exchange& exchange, const billing::Principal& who, int64_t tokens, RequestBilling* billed,
+             int64_t max_cost, HttpHeaders& headers);
 
   // `on_done` (optional) runs on the engine thread once the responder is
   // done, before the client is sent the end of the response.

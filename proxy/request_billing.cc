@@ -109,6 +109,7 @@ std::shared_ptr<RequestBilling> RequestBilling::start(const BillingServices& ser
 
 RequestBilling::RequestBilling(const BillingServices& services, Info info, size_t choices, int64_t start_us)
     : ledger_(*services.ledger),
+      budgets_(services.budgets),
       info_(std::move(info)),
       start_us_(start_us),
       rates_(services.prices != nullptr ? services.prices->at(info_.model, start_us)
@@ -119,6 +120,38 @@ openai::UsageCostHook RequestBilling::costHook() const {
   return [rates = rates_.rates](const openai::UsageCounts& u) -> std::optional<nlohmann::json> {
     return costJson(billing::costOf(rates, u.hit_tokens, u.miss_tokens, u.completion_tokens));
   };
+}
+
+int64_t RequestBilling::maxCost(int64_t prompt_tokens, int64_t max_tokens) const {
+  const billing::Rates& r = rates_.rates;
+  return prompt_tokens * std::max(r.input_cache_hit, r.input_cache_miss) + max_tokens * r.output;
+}
+
+bool RequestBilling::reserveBudget(Exchange& exchange, int64_t amount) {
+  if (budgets_ == nullptr) return true;
+  auto held = budgets_->reserve(info_.who, amount, start_us_ / 1'000'000);
+  if (auto* r = std::get_if<billing::BudgetReservation>(&held)) {
+    reservation_ = std::move(*r);
+    return true;
+  }
+  const billing::BudgetRefusal& refused = std::get<billing::BudgetRefusal>(held);
+  const billing::BudgetStatus& b = refused.budget;
+  openai::ApiError e;
+  e.http_status = 429;
+  e.type = "insufficient_quota";
+  e.code = "insufficient_quota";
+  const std::string whose = b.scope == "key" ? "this API key's" : "team " + info_.who.team + "'s";
+  const std::string period = b.period == "total" ? "total" : b.period == "day" ? "daily" : "monthly";
+  e.message = "You exceeded your current quota: " + whose + " " + period + " budget of $" + billing::usd(b.limit) +
+              " has $" + billing::usd(std::max<Int128>(b.remaining(), 0)) + " left ($" + billing::usd(b.spent) +
+              " spent, $" + billing::usd(b.reserved) + " reserved by requests in flight), and this request may cost up "
+              "to $" + billing::usd(refused.amount) + " (its prompt at the cache-miss price and max_tokens at the "
+              "output price). Lower max_tokens, wait for the budget to renew, or ask an admin to raise it.";
+  proxyLog()->info("request {}: refused by the {} budget of {} ({} period)", info_.request_id, b.scope,
+                   b.scope == "key" ? info_.who.key_id : info_.who.team, b.period);
+  // Retrying cannot help until the budget changes: the openai SDKs honour this.
+  respondWithApiError(exchange, e, HttpHeaders{{"x-should-retry", "false"}});
+  return false;
 }
 
 void RequestBilling::clientGone() {
@@ -136,6 +169,7 @@ bool RequestBilling::submitted(size_t n, serving::Refusal refusal) {
 
 void RequestBilling::abandon() {
   if (info_.idempotency) ledger_.release(info_.who.key_id, info_.idempotency->key_hash);
+  reservation_.release();
 }
 
 bool RequestBilling::addFinal(const serving::StreamEvent& e) {
@@ -179,8 +213,10 @@ void RequestBilling::keep(std::string_view bytes) {
 void RequestBilling::commit(std::string_view final_body, std::string content_type, std::function<void(Status)> then) {
   billing::LedgerEntry e;
   std::optional<billing::IdempotencyCommit> idem;
+  auto reservation = std::make_shared<billing::BudgetReservation>();
   {
     std::lock_guard lock(mu_);
+    *reservation = std::move(reservation_);
     e.request_id = info_.request_id;
     e.response_id = info_.response_id;
     e.key_id = info_.who.key_id;
@@ -237,7 +273,10 @@ void RequestBilling::commit(std::string_view final_body, std::string content_typ
       }
     }
   }
-  ledger_.commit(std::move(e), std::move(idem), [then = std::move(then)](Status s) {
+  // The ledger told the budgets of the committed cost before this runs; a
+  // failed commit spent nothing. Either way the reservation ends here.
+  ledger_.commit(std::move(e), std::move(idem), [then = std::move(then), reservation](Status s) {
+    reservation->release();
     if (then) then(std::move(s));
   });
 }

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "billing/budgets.h"
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
@@ -35,10 +36,12 @@
 
 namespace lg::proxy {
 
-// What the gateway bills with; a null ledger: no billing (tests, tools).
+// What the gateway bills with; a null ledger: no billing (tests, tools);
+// null budgets: none are enforced.
 struct BillingServices {
   billing::Ledger* ledger = nullptr;
   const billing::PriceBook* prices = nullptr;
+  billing::Budgets* budgets = nullptr;
 };
 
 // usage.cost: {"currency": "USD", "input_cache_hit", "input_cache_miss",
@@ -86,14 +89,25 @@ class RequestBilling {
   const billing::AppliedRates& rates() const { return rates_; }
   openai::UsageCostHook costHook() const;
 
+  // The most a generation of `prompt_tokens` capped at `max_tokens` can cost
+  // at this request's rates: the prompt at the higher of the hit and miss
+  // rates (it is not yet known what the cache holds), the cap at the output rate.
+  int64_t maxCost(int64_t prompt_tokens, int64_t max_tokens) const;
+  // Holds `amount` (the maxCost of every choice) against the budgets of the
+  // key and its team until the entry is committed (billing/budgets.h).
+  // False: a budget cannot hold it, and the client was answered 429
+  // insufficient_quota; the caller abandons the request.
+  bool reserveBudget(Exchange& exchange, int64_t amount);
+
   // The client went away (before the response ended).
   void clientGone();
   // Only `n` of the choices were submitted (a later one was refused at
   // submit): the response waits for those, and the entry says refused.
   // Returns true when those already all finished (commit now).
   bool submitted(size_t n, serving::Refusal refusal);
-  // The request will not be submitted after all (a rate limit refused it):
-  // releases its Idempotency-Key claim; no entry is written.
+  // The request will not be submitted after all (a budget or a rate limit
+  // refused it): releases its Idempotency-Key claim and its budget
+  // reservation; no entry is written.
   void abandon();
   // A choice's final event; true when it was the last.
   bool addFinal(const serving::StreamEvent& event);
@@ -102,14 +116,17 @@ class RequestBilling {
 
   // Commits the entry. `final_body` is the end of the response (kept for
   // replays with the rest); `then` (optional) runs once it is durable or
-  // failed, on the committer thread.
+  // failed, on the committer thread, after the budget reservation was
+  // released (the committed cost was counted as spent just before).
   void commit(std::string_view final_body, std::string content_type, std::function<void(Status)> then);
 
  private:
   billing::Ledger& ledger_;
+  billing::Budgets* const budgets_;
   const Info info_;
   const int64_t start_us_;
   billing::AppliedRates rates_;
+  billing::BudgetReservation reservation_;  // set on the I/O thread before submit; moved out by commit()
 
   std::mutex mu_;
   size_t expected_;             // guarded by mu_

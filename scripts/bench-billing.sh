@@ -6,7 +6,8 @@
 #   overhead: bench-gateway.sh overhead: per request, the wait for the ledger
 #             entry to be synced (Server-Timing ledger) over the gateway's
 #             overhead (client latency minus the engine's time), at 1/8/64
-#             keep-alive TLS connections.
+#             keep-alive TLS connections, with a budget on every key (so each
+#             request also reserves and settles, as billed requests do).
 # Usage: scripts/bench-billing.sh [ledger] [overhead]   (default: both)
 # Env: LG_BUILD_DIR (build/), LG_BENCH_DIR (/var/tmp), SECONDS_EACH (10).
 set -euo pipefail
@@ -18,5 +19,5 @@ if [[ " $what " == *" ledger "* ]]; then
   "$build/bench/billing/ledger_bench" --dir "${LG_BENCH_DIR:-/var/tmp}" --seconds "${SECONDS_EACH:-10}" --clients 1,4,16,64
 fi
 if [[ " $what " == *" overhead "* ]]; then
-  "$root/scripts/bench-gateway.sh" overhead
+  LATENTGATE_BILLING_KEY_BUDGET='{"limit": "1000000", "period": "month"}' "$root/scripts/bench-gateway.sh" overhead
 fi
