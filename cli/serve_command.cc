@@ -192,10 +192,11 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
                                                                       encoder, *admin);
   }
   // GET /dashboard (docs/dashboard.md): the ledger's numbers as the usage API
-  // shows them, the limits' buckets, and the memory picture /metrics reads.
+  // shows them, the budgets, the limits' buckets, and the memory picture
+  // /metrics reads.
   const proxy::MemoryFacts memory_facts{(*backend)->model().checkpointBytes(),
                                         static_cast<uint64_t>((*backend)->latentLayout().blockBytes())};
-  proxy::Dashboard dashboard(**ledger, **keys, *admin, /*budgets=*/nullptr, &gateway.rateLimiter(),
+  proxy::Dashboard dashboard(**ledger, **keys, *admin, budgets.get(), &gateway.rateLimiter(),
                              proxy::DashboardMemorySources{scheduler->get(), cache->index.get(), memory_facts});
   proxy::Router router;
   proxy::addHealthRoutes(router, [] { return proxy::Readiness{true, ""}; });

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "billing/prices.h"
+#include "proxy/budget_api.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/openai_error.h"
 #include "proxy/proxy_log.h"
@@ -70,6 +71,9 @@ json limitStateJson(const billing::RateLimitState& s) {
   if (s.limit <= 0) return nullptr;  // unlimited
   return json{{"limit", s.limit}, {"remaining", s.remaining}, {"reset_s", s.reset_s}};
 }
+
+// A budget as /v1/usage and /admin/budgets show it; null: none applies.
+json budgetOrNull(const std::optional<billing::BudgetStatus>& b) { return b ? budgetStatusJson(*b) : json(nullptr); }
 
 Int128 savingsOf(const billing::Counters& c) {
   return static_cast<Int128>(c[billing::kHitAtMissPrice]) - c[billing::kCostHit];
@@ -417,7 +421,7 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
     row["revoked"] = !live;
     row["created"] = live ? json(it->second->created_unix) : json(nullptr);
     const billing::Principal who{r.group, r.team, live ? it->second->name : ""};
-    row["budget"] = budgetJson(live && budgets_ != nullptr ? budgets_->budgetOf(who, now_s) : std::nullopt);
+    row["budget"] = budgetOrNull(live && budgets_ != nullptr ? budgets_->budgetOf(who, now_s) : std::nullopt);
     if (live && rate_limiter_ != nullptr) {
       const billing::RateLimiter::Remaining left = rate_limiter_->peek(r.group, r.team);
       row["rate_limits"] = json{{"requests", limitStateJson(left.requests)}, {"tokens", limitStateJson(left.tokens)}};
@@ -502,7 +506,7 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
   // Budgets (billing/budget_view.h) and the configured limits.
   out["budgets_enabled"] = budgets_ != nullptr;
   out["budget"] = !admin && budgets_ != nullptr
-                      ? budgetJson(budgets_->budgetOf(billing::Principal{viewer.key_id, viewer.team, viewer.key_name}, now_s))
+                      ? budgetOrNull(budgets_->budgetOf(billing::Principal{viewer.key_id, viewer.team, viewer.key_name}, now_s))
                       : json(nullptr);
   if (rate_limiter_ != nullptr) {
     const billing::RateLimitOptions& o = rate_limiter_->options();

@@ -91,14 +91,6 @@ json granularityJson(int64_t granularity_s) {
   return granularity_s == 3600 ? json("hour") : granularity_s == 86400 ? json("day") : json(nullptr);
 }
 
-json budgetJson(const std::optional<billing::BudgetStatus>& b) {
-  if (!b) return nullptr;
-  return json{{"scope", b->scope}, {"period", b->period},
-              {"period_end", b->period_end_s > 0 ? json(b->period_end_s) : json(nullptr)},
-              {"limit", billing::usd(b->limit)}, {"spent", billing::usd(b->spent)},
-              {"reserved", billing::usd(b->reserved)}, {"remaining", billing::usd(b->remaining())}};
-}
-
 std::string isoTime(int64_t unix_s) {
   const time_t t = static_cast<time_t>(unix_s);
   struct tm tm {};

@@ -1,7 +1,8 @@
 // Usage as JSON: the one place that turns the ledger's counters and usage
 // rows into the usage API's fields (docs/billing.md), shared by the usage API
 // (billing_api.h: /admin/usage, /v1/usage) and the dashboard (dashboard.h),
-// so that both show the same numbers as the same strings by construction.
+// so that both show the same numbers as the same strings by construction
+// (budgets: budgetStatusJson, budget_api.h).
 // Also the query parameters both read (from, to, granularity).
 //
 // Thread-safety: free functions over values.
@@ -17,7 +18,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "billing/budget_view.h"
 #include "billing/ledger.h"
 #include "proxy/api_error.h"
 
@@ -50,10 +50,6 @@ int64_t usageToS(const billing::UsageQuery& query);
 
 // "hour", "day" or null.
 nlohmann::json granularityJson(int64_t granularity_s);
-
-// A key's budget as /v1/usage shows it ({"scope", "period", "period_end",
-// "limit", "spent", "reserved", "remaining"}), null when none applies.
-nlohmann::json budgetJson(const std::optional<billing::BudgetStatus>& budget);
 
 // "2026-01-01T00:00:00Z".
 std::string isoTime(int64_t unix_s);

@@ -46,6 +46,11 @@ before(async () => {
   }
   const listed = JSON.parse((await server.request('GET', '/admin/keys', { headers: auth(ADMIN) })).body).data;
   for (const k of listed) if (keys[k.name]) keys[k.name].id = k.id;
+  // A monthly budget for team alpha (beta has none): the page shows what is left.
+  const put = await server.request('PUT', '/admin/budgets/teams/dash-alpha', {
+    headers: { ...auth(ADMIN), 'content-type': 'application/json' }, body: { limit: '0.05', period: 'month' },
+  });
+  assert.equal(put.status, 200, put.body);
 
   // Requests: each team repeats its own long system prompt, so its later
   // requests hit the cache; alpha's bot streams one.
@@ -184,6 +189,13 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   const gauge = (name) => Number(metrics.match(new RegExp(`^${name} (\\S+)$`, 'm'))[1]);
   assert.equal(Number(await attr('[data-testid=memory-weights]', 'data-bytes')), gauge('latentgate_model_weights_bytes'));
   assert.equal(Number(await attr('[data-testid=memory-capacity]', 'data-bytes')), gauge('latentgate_latent_pool_capacity_bytes'));
+  // Budgets: each key's is /v1/usage's (alpha's team budget binds both its keys; beta has none).
+  for (const name of Object.keys(keys)) {
+    const own = JSON.parse((await server.request('GET', '/v1/usage', { headers: auth(keys[name].key) })).body).budget;
+    const cell = await attr(`[data-testid=key-row][data-key-id=${keys[name].id}] [data-testid=key-budget]`, 'data-value');
+    assert.equal(cell, own ? own.remaining : null, name);
+    assert.equal(o.keys.find((k) => k.key_id === keys[name].id).budget?.remaining, own?.remaining, name);
+  }
   // Recent requests: every key that made one appears, with its TTFT.
   assert.ok(await page.locator('[data-testid=recent-row]').count() >= 5);
 
@@ -237,6 +249,10 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   assert.equal(ts.cost, alphaUsage.totals.cost_total);
   assert.equal(ts.savings, alphaUsage.totals.cache_savings);
   assert.deepEqual(t.totals, alphaUsage.totals);
+  const leadBudget = JSON.parse((await server.request('GET', '/v1/usage', { headers: auth(keys['alpha-lead'].key) })).body).budget;
+  assert.ok(leadBudget, 'team alpha has a budget');
+  assert.equal(await attr('[data-testid=budget-remaining-value]', 'data-value'), leadBudget.remaining);
+  assert.deepEqual(t.budget, leadBudget);
   await page.screenshot({ path: join(artifacts, 'dashboard-team.png'), fullPage: true });
   console.log(`dashboard screenshot (team dash-alpha): ${join(artifacts, 'dashboard-team.png')}`);
 
