@@ -9,12 +9,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 binary=$1
-if [[ ! -d $here/node_modules/openai ]]; then
-  if ! (cd "$here" && timeout 300 npm ci --no-audit --no-fund >/dev/null 2>&1); then
-    echo "e2e: npm ci failed (no npm registry?): skipped"
-    exit 77
-  fi
-fi
+# The pinned npm packages (installed once by ctest's e2e_npm_install first).
+"$here/install.sh" || exit $?
 data=$(mktemp -d /tmp/lg-crash-XXXXXX)
 export LG_ADMIN_KEY=e2e-crash-admin-key-0123456789
 export LG_BINARY=$binary LG_DATA=$data/data LG_RESTART_PID_FILE=$data/restarted.pid

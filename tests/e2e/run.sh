@@ -21,14 +21,8 @@ if [[ " ${*:2} " == *" dashboard.test.mjs "* ]]; then
   fi
   export LG_ARTIFACTS_DIR=${LG_ARTIFACTS_DIR:-$(cd "$(dirname "$binary")/.." && pwd)/test-artifacts}
 fi
-if [[ ! -d $here/node_modules/openai || ! -d $here/node_modules/playwright-core ]]; then
-  # The pinned packages come from the npm registry; without it the clients
-  # cannot run: skipped (exit 77, ctest's SKIP_RETURN_CODE), not passed.
-  if ! (cd "$here" && timeout 300 npm ci --no-audit --no-fund >/dev/null 2>&1); then
-    echo "e2e: npm ci failed (no npm registry?): skipped"
-    exit 77
-  fi
-fi
+# The pinned npm packages (installed once by ctest's e2e_npm_install first).
+"$here/install.sh" || exit $?
 data=$(mktemp -d /tmp/lg-e2e-XXXXXX)
 log=$data.log
 export LG_ADMIN_KEY=e2e-admin-key-0123456789
