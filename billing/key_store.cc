@@ -15,6 +15,7 @@
 
 #include "cache/namespace.h"
 #include "common/file_util.h"
+#include "common/hex.h"
 
 namespace lg::billing {
 
@@ -31,15 +32,6 @@ std::string sha256Raw(std::string_view data) {
   return out;
 }
 
-std::string hex(std::string_view raw) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
 
 Result<std::string> randomBytes(size_t n) {
   std::string out(n, '\0');
@@ -105,13 +97,13 @@ Result<std::pair<ApiKeyInfo, std::string>> KeyStore::create(std::string_view tea
   LG_ASSIGN_OR_RETURN(std::string id_bytes, randomBytes(8));
   const std::string key = std::string(kSecretPrefix) + base64url(secret_bytes);
   ApiKeyInfo info;
-  info.id = "key_" + hex(id_bytes);
+  info.id = "key_" + hexLower(id_bytes);
   info.team = std::string(team);
   info.name = std::string(name);
   info.created_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   info.hint = key.substr(0, 7) + "...";
-  const std::string hash_hex = hex(sha256Raw(key));
+  const std::string hash_hex = hexLower(sha256Raw(key));
   LG_RETURN_IF_ERROR(db_.write({{std::string(kKeyPrefix) + info.id, toJson(info, hash_hex).dump()}}));
   {
     std::unique_lock lock(mu_);
@@ -143,7 +135,7 @@ Status KeyStore::revoke(std::string_view id) {
 
 std::optional<Principal> KeyStore::authenticate(std::string_view key) const {
   if (key.size() < kSecretPrefix.size() || key.size() > 256) return std::nullopt;
-  const std::string hash_hex = hex(sha256Raw(key));
+  const std::string hash_hex = hexLower(sha256Raw(key));
   std::shared_lock lock(mu_);
   auto it = by_hash_.find(hash_hex);
   if (it == by_hash_.end()) return std::nullopt;

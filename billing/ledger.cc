@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
+
 namespace lg::billing {
 
 namespace {
@@ -53,20 +55,10 @@ std::string aggKey(GroupBy g, int64_t hour, std::string_view value) {
   return std::string(kAggPrefix) + std::string(dimensionName(g)) + "/" + padded(hour, 10) + "/" + std::string(value);
 }
 
-std::string hexOf(const unsigned char* data, size_t n) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += kDigits[data[i] >> 4];
-    out += kDigits[data[i] & 15];
-  }
-  return out;
-}
-
 std::string sha256Hex(std::string_view data, size_t bytes = SHA256_DIGEST_LENGTH) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  return hexOf(digest, bytes);
+  return hexLower(digest, bytes);
 }
 
 json ratesJson(const Rates& r) {

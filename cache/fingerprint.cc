@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/hex.h"
 
 namespace lg::cache {
 namespace {
@@ -15,16 +16,7 @@ constexpr std::string_view kBlockTag = "latentgate/block/v1";
 
 }  // namespace
 
-std::string Digest::hex() const {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(64);
-  for (uint8_t b : bytes) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
+std::string Digest::hex() const { return hexLower(bytes.data(), bytes.size()); }
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   LG_CHECK(ctx_ != nullptr, "EVP_MD_CTX_new failed");

@@ -18,6 +18,7 @@
 #include <boost/beast/http/status.hpp>
 
 #include "common/check.h"
+#include "common/hex.h"
 #include "proxy/openai_error.h"
 #include "proxy/proxy_log.h"
 #include "proxy/server_internal.h"
@@ -688,13 +689,7 @@ std::string newRequestId() {
     std::memcpy(bytes, &a, 8);
     std::memset(bytes + 8, 0, 4);
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "req_";
-  for (unsigned char b : bytes) {
-    id += kHex[b >> 4];
-    id += kHex[b & 15];
-  }
-  return id;
+  return "req_" + hexLower(bytes, sizeof bytes);
 }
 
 std::string endpointText(const tcp::endpoint& e) {

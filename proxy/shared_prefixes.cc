@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
 #include "proxy/gateway.h"
 #include "proxy/openai/chat_request.h"
 #include "proxy/openai/completion_request.h"
@@ -22,13 +23,7 @@ using nlohmann::json;
 std::optional<cache::TeamNamespace> publisherNamespace() {
   unsigned char bytes[16];
   if (RAND_bytes(bytes, sizeof bytes) != 1) return std::nullopt;
-  std::string id = "shared-publisher-";
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (unsigned char b : bytes) {
-    id += kHex[b >> 4];
-    id += kHex[b & 15];
-  }
-  return cache::TeamNamespace::ofTeam(id).value();
+  return cache::TeamNamespace::ofTeam("shared-publisher-" + hexLower(bytes, sizeof bytes)).value();
 }
 
 }  // namespace
