@@ -240,21 +240,6 @@ std::string_view groupByName(GroupBy g) {
   return "";
 }
 
-std::string systemPromptFingerprint(const std::vector<std::pair<std::string_view, std::string_view>>& messages) {
-  if (messages.empty()) return "";
-  std::string data = "lg-system-prompt-v1";
-  const auto field = [&](std::string_view s) {
-    const uint64_t n = s.size();
-    for (int b = 0; b < 8; ++b) data += static_cast<char>((n >> (8 * b)) & 0xff);
-    data += s;
-  };
-  for (const auto& [role, text] : messages) {
-    field(role);
-    field(text);
-  }
-  return sha256Hex(data, 16);
-}
-
 std::string idempotencyKeyHash(std::string_view key) { return sha256Hex(key); }
 
 std::string requestDigest(std::string_view endpoint, std::string_view body) {

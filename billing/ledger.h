@@ -66,7 +66,7 @@ struct LedgerEntry {
   std::string model;             // the served model that ran it (what prices name)
   std::string requested_model;   // as the client named it (an alias, say)
   std::string endpoint;          // "/v1/chat/completions", ...
-  std::string system_prompt;     // fingerprint (systemPromptFingerprint); empty: none
+  std::string system_prompt;     // fingerprint (prompt_fingerprint.h); empty: none
   std::string idempotency_key;   // SHA-256 hex of the Idempotency-Key header; empty: none
   int64_t start_us = 0;          // Unix microseconds: request received (prices and hour buckets use it)
   int64_t end_us = 0;            // final event
@@ -263,13 +263,6 @@ class Ledger {
 
   std::thread committer_;
 };
-
-// The system prompt's fingerprint: the first 16 bytes (32 hex digits) of
-// SHA-256 over "lg-system-prompt-v1" and each (role, text) of the prompt's
-// leading system and developer messages, each length-prefixed; empty when
-// there are none. The same instructions give the same fingerprint across
-// keys, requests and restarts.
-std::string systemPromptFingerprint(const std::vector<std::pair<std::string_view, std::string_view>>& messages);
 
 // SHA-256 hex of an Idempotency-Key header value (the key itself is not stored).
 std::string idempotencyKeyHash(std::string_view idempotency_key);

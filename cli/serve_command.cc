@@ -145,6 +145,8 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto prices = billing::PriceBook::open(**billing_db, billing::PriceTable::fromSetting(config.billing.prices), now_us);
   if (!prices.isOk()) return fail("prices", prices.status());
+  auto fingerprints = billing::SystemPromptFingerprinter::open(**billing_db);
+  if (!fingerprints.isOk()) return fail("system prompt key", fingerprints.status());
   billing::LedgerOptions ledger_options;
   ledger_options.metrics = &ledger_metrics;
   auto ledger = billing::Ledger::open(**billing_db, ledger_options);
@@ -176,7 +178,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   gateway_options.metrics = &generation_metrics;
   proxy::openai::PromptEncoder encoder(*chat_template, **tokenizer);
   proxy::Gateway gateway(gateway_options, **scheduler, **tokenizer, encoder, **keys, *admin, &responses,
-                         proxy::BillingServices{ledger->get(), prices->get(), budgets.get()});
+                         proxy::BillingServices{ledger->get(), prices->get(), budgets.get(), &*fingerprints});
   proxy::BillingApi billing_api(**ledger, **prices, **keys, *admin, budgets.get());
   proxy::BudgetApi budget_api(*budgets, **keys, *admin);
   // Publishing into a shared namespace needs the cache (cache.enabled).

@@ -254,7 +254,7 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   ro.meta.id = openai::newId("chatcmpl-");
   bool answered = false;
   auto billed = RequestBilling::start(billing_, *exchange, *who, options_.model_id,
-                                      billingInfo(ro.meta.id, parsed->model, systemPromptOf(parsed->prompt), parsed->stream),
+                                      billingInfo(ro.meta.id, parsed->model, systemPromptOf(billing_, parsed->prompt), parsed->stream),
                                       1, &answered);
   if (answered) return;
   if (billed) ro.cost = billed->costHook();
@@ -471,7 +471,7 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
   ro.meta.id = openai::newId("resp_");
   bool answered = false;
   auto billed = RequestBilling::start(billing_, *exchange, *who, options_.model_id,
-                                      billingInfo(ro.meta.id, parsed->model, systemPromptOf(parsed->prompt), parsed->stream),
+                                      billingInfo(ro.meta.id, parsed->model, systemPromptOf(billing_, parsed->prompt), parsed->stream),
                                       1, &answered);
   if (answered) return;
   if (billed) ro.cost = billed->costHook();

@@ -41,13 +41,14 @@ nlohmann::json costJson(const billing::Cost& c) {
                         {"total", billing::usd(c.total())}};
 }
 
-std::string systemPromptOf(const openai::ChatPrompt& prompt) {
+std::string systemPromptOf(const BillingServices& services, const openai::ChatPrompt& prompt) {
+  if (services.fingerprints == nullptr) return "";
   std::vector<std::pair<std::string_view, std::string_view>> parts;
   for (const openai::ChatMessage& m : prompt.messages) {
     if (m.role != openai::Role::kSystem && m.role != openai::Role::kDeveloper) break;
     parts.emplace_back(roleName(m.role), m.content ? std::string_view(*m.content) : std::string_view());
   }
-  return billing::systemPromptFingerprint(parts);
+  return services.fingerprints->fingerprint(parts);
 }
 
 std::shared_ptr<RequestBilling> RequestBilling::start(const BillingServices& services, Exchange& exchange,

@@ -29,6 +29,7 @@
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
+#include "billing/prompt_fingerprint.h"
 #include "proxy/exchange.h"
 #include "proxy/openai/request_types.h"
 #include "proxy/openai/usage.h"
@@ -42,6 +43,7 @@ struct BillingServices {
   billing::Ledger* ledger = nullptr;
   const billing::PriceBook* prices = nullptr;
   billing::Budgets* budgets = nullptr;
+  const billing::SystemPromptFingerprinter* fingerprints = nullptr;  // with a ledger
 };
 
 // usage.cost: {"currency": "USD", "input_cache_hit", "input_cache_miss",
@@ -49,8 +51,8 @@ struct BillingServices {
 nlohmann::json costJson(const billing::Cost& cost);
 
 // The fingerprint of the prompt's leading system and developer messages
-// (billing::systemPromptFingerprint); "" when it has none.
-std::string systemPromptOf(const openai::ChatPrompt& prompt);
+// (billing/prompt_fingerprint.h); "" when it has none or nothing is billed.
+std::string systemPromptOf(const BillingServices& services, const openai::ChatPrompt& prompt);
 
 // An Idempotency-Key a request holds.
 struct IdempotencyClaim {

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "billing/prompt_fingerprint.h"
 #include "tests/support/temp_dir.h"
 
 namespace lg::billing {
@@ -94,13 +95,42 @@ TEST(LedgerEntryTest, OnlyCompletedAndCancelledAreBilled) {
 
 TEST(LedgerTest, FingerprintsAreStableAndDistinguishRoles) {
   using V = std::vector<std::pair<std::string_view, std::string_view>>;
-  EXPECT_EQ(systemPromptFingerprint({}), "");
-  const std::string a = systemPromptFingerprint(V{{"system", "You are helpful."}});
+  const SystemPromptFingerprinter f(std::string(32, 'k'));
+  EXPECT_EQ(f.fingerprint({}), "");
+  const std::string a = f.fingerprint(V{{"system", "You are helpful."}});
   EXPECT_EQ(a.size(), 32u);
-  EXPECT_EQ(a, systemPromptFingerprint(V{{"system", "You are helpful."}}));
-  EXPECT_NE(a, systemPromptFingerprint(V{{"developer", "You are helpful."}}));
-  EXPECT_NE(systemPromptFingerprint(V{{"system", "ab"}, {"system", "c"}}),
-            systemPromptFingerprint(V{{"system", "a"}, {"system", "bc"}}));
+  EXPECT_EQ(a, f.fingerprint(V{{"system", "You are helpful."}}));
+  EXPECT_NE(a, f.fingerprint(V{{"developer", "You are helpful."}}));
+  EXPECT_NE(f.fingerprint(V{{"system", "ab"}, {"system", "c"}}), f.fingerprint(V{{"system", "a"}, {"system", "bc"}}));
+}
+
+// Keyed per installation: the key is made once and kept in the store, so the
+// same prompt keeps its fingerprint across reopening; another installation's
+// key (or none: a plain hash of the text) gives another, so whoever reads
+// fingerprints cannot confirm a guessed prompt by hashing it.
+TEST(LedgerTest, FingerprintsAreKeyedWithTheStoresSecret) {
+  using V = std::vector<std::pair<std::string_view, std::string_view>>;
+  const V prompt{{"system", "You are a careful coding agent."}};
+  test::TempDir one, other;
+  std::string first;
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    auto db = BillingDb::open(one.path() + "/billing");
+    ASSERT_TRUE(db.isOk());
+    auto f = SystemPromptFingerprinter::open(**db);
+    ASSERT_TRUE(f.isOk()) << f.status().toString();
+    if (reopen == 0) first = f->fingerprint(prompt);
+    EXPECT_EQ(f->fingerprint(prompt), first);
+  }
+  auto db = BillingDb::open(other.path() + "/billing");
+  ASSERT_TRUE(db.isOk());
+  auto f = SystemPromptFingerprinter::open(**db);
+  ASSERT_TRUE(f.isOk());
+  EXPECT_NE(f->fingerprint(prompt), first);
+  // A store whose key record was damaged refuses to fingerprint with another key.
+  ASSERT_TRUE((*db)->write({{"secret/system-prompt", "short"}}).isOk());
+  auto damaged = SystemPromptFingerprinter::open(**db);
+  ASSERT_FALSE(damaged.isOk());
+  EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss);
 }
 
 // Many threads commit at once; every callback runs once with OK, the writes

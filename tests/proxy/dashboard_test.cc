@@ -25,6 +25,7 @@
 #include "billing/billing_db.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
+#include "billing/prompt_fingerprint.h"
 #include "proxy/billing_api.h"
 #include "proxy/http_server.h"
 #include "proxy/tls_material.h"
@@ -135,6 +136,9 @@ class DashboardTest : public ::testing::Test {
     auto ledger = billing::Ledger::open(*db_);
     ASSERT_TRUE(ledger.isOk()) << ledger.status().toString();
     ledger_ = std::move(ledger).value();
+    auto fingerprints = billing::SystemPromptFingerprinter::open(*db_);
+    ASSERT_TRUE(fingerprints.isOk()) << fingerprints.status().toString();
+    fingerprints_.emplace(std::move(fingerprints).value());
 
     // Usage: alice and andy (team-a) with prompt A, bob (team-b) with prompt
     // B; one of alice's two days ago (in 7d, not in 24h); a refused one.
@@ -196,7 +200,7 @@ class DashboardTest : public ::testing::Test {
     e.requested_model = "deepseek-chat";
     e.endpoint = "/v1/chat/completions";
     e.system_prompt =
-        prompt_text.empty() ? "" : billing::systemPromptFingerprint({{"system", prompt_text}});
+        prompt_text.empty() ? "" : fingerprints_->fingerprint({{"system", prompt_text}});
     e.start_us = start_us;
     e.end_us = start_us + 40'000;
     e.ttft_us = 12'500;
@@ -274,6 +278,7 @@ class DashboardTest : public ::testing::Test {
 
   test::TempDir data_{"lg_dashboard"};
   std::unique_ptr<billing::BillingDb> db_;
+  std::optional<billing::SystemPromptFingerprinter> fingerprints_;
   std::unique_ptr<billing::KeyStore> keys_;
   std::optional<billing::AdminKey> admin_;
   std::string admin_key_;
@@ -567,8 +572,8 @@ TEST_F(DashboardTest, ATeamSeesItsTeamOnlyAndTheAdminEverything) {
   const json a = overview(sessionFor(secrets_["alice"])).parsed();
   const std::string raw_b = overview(sessionFor(secrets_["bob"])).body;
   const std::string raw_a = a.dump();
-  const std::string fp_a = billing::systemPromptFingerprint({{"system", kPromptA}});
-  const std::string fp_b = billing::systemPromptFingerprint({{"system", kPromptB}});
+  const std::string fp_a = fingerprints_->fingerprint({{"system", kPromptA}});
+  const std::string fp_b = fingerprints_->fingerprint({{"system", kPromptB}});
   for (const std::string& other : {ids_["bob"], std::string("\"bob\""), std::string("team-b"), fp_b}) {
     EXPECT_EQ(raw_a.find(other), std::string::npos) << other;
   }

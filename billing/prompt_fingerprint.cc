@@ -1,0 +1,56 @@
+#include "billing/prompt_fingerprint.h"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <cstdint>
+
+#include "common/check.h"
+#include "common/hex.h"
+
+namespace lg::billing {
+
+namespace {
+
+constexpr std::string_view kKeyRecord = "secret/system-prompt";
+constexpr size_t kKeyBytes = 32;
+
+}  // namespace
+
+Result<SystemPromptFingerprinter> SystemPromptFingerprinter::open(BillingDb& db) {
+  LG_ASSIGN_OR_RETURN(std::optional<std::string> stored, db.get(kKeyRecord));
+  if (stored) {
+    if (stored->size() != kKeyBytes) return dataLoss("billing store: the system prompt key is corrupt");
+    return SystemPromptFingerprinter(std::move(*stored));
+  }
+  std::string key(kKeyBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(key.data()), static_cast<int>(key.size())) != 1) {
+    return internalError("the system random generator failed");
+  }
+  LG_RETURN_IF_ERROR(db.write({{std::string(kKeyRecord), key}}));
+  return SystemPromptFingerprinter(std::move(key));
+}
+
+std::string SystemPromptFingerprinter::fingerprint(
+    const std::vector<std::pair<std::string_view, std::string_view>>& messages) const {
+  if (messages.empty()) return "";
+  std::string data = "lg-system-prompt-v2";
+  const auto field = [&](std::string_view s) {
+    const uint64_t n = s.size();
+    for (int b = 0; b < 8; ++b) data += static_cast<char>((n >> (8 * b)) & 0xff);
+    data += s;
+  };
+  for (const auto& [role, text] : messages) {
+    field(role);
+    field(text);
+  }
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  size_t mac_len = 0;
+  const bool ok = EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, key_.data(), key_.size(),
+                            reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, sizeof mac,
+                            &mac_len) != nullptr;
+  LG_CHECK(ok && mac_len == 32, "HMAC-SHA-256 failed");
+  return hexLower(mac, 16);
+}
+
+}  // namespace lg::billing
