@@ -29,7 +29,7 @@
 #include "cli/prefix_cache_setup.h"
 #include "common/file_util.h"
 #include "engine/backend_config.h"
-#include "engine/cpu/cpu_backend.h"
+#include "engine/backend_factory.h"
 #include "engine/forward_runner.h"
 #include "cli/terminal_progress.h"
 #include "engine/model/safetensors.h"
@@ -137,7 +137,7 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
   if (options.num_blocks == 0) {  // engine.pool_blocks unset: exactly what this sequence needs
     options.num_blocks = (static_cast<int64_t>(ids->size()) + options.block_tokens - 1) / options.block_tokens + 1;
   }
-  auto backend = engine::createCpuBackend(std::move(model).value(), options);
+  auto backend = engine::createBackend(config->engine.backend, std::move(model).value(), options);
   if (!backend.isOk()) {
     std::cerr << "latentgate forward: " << backend.status().toString() << "\n";
     return 2;

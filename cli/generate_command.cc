@@ -30,7 +30,7 @@
 #include "cli/prefix_cache_setup.h"
 #include "cli/terminal_progress.h"
 #include "engine/backend_config.h"
-#include "engine/cpu/cpu_backend.h"
+#include "engine/backend_factory.h"
 #include "serving/scheduler.h"
 #include "serving/serving_config.h"
 #include "text/chat/chat_template.h"
@@ -163,7 +163,7 @@ int runGenerate(const GlobalFlags& flags, const GenerateArgs& args) {
     std::cerr << "latentgate generate: " << model.status().toString() << "\n";
     return 2;
   }
-  auto backend = engine::createCpuBackend(std::move(model).value(), engine::backendOptions(*config));
+  auto backend = engine::createBackend(config->engine.backend, std::move(model).value(), engine::backendOptions(*config));
   if (!backend.isOk()) {
     std::cerr << "latentgate generate: " << backend.status().toString() << "\n";
     return 2;

@@ -29,7 +29,7 @@
 #include "cli/terminal_progress.h"
 #include "common/metrics.h"
 #include "engine/backend_config.h"
-#include "engine/cpu/cpu_backend.h"
+#include "engine/backend_factory.h"
 #include "engine/model/presets.h"
 #include "proxy/billing_api.h"
 #include "proxy/budget_api.h"
@@ -110,7 +110,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   load_options.progress = terminalLoadProgress("loading " + model_dir);
   auto model = engine::Model::load(model_dir, load_options);
   if (!model.isOk()) return fail("model", model.status());
-  auto backend = engine::createCpuBackend(std::move(model).value(), engine::backendOptions(config));
+  auto backend = engine::createBackend(config.engine.backend, std::move(model).value(), engine::backendOptions(config));
   if (!backend.isOk()) return fail("backend", backend.status());
   Result<OpenedCache> cache = OpenedCache{};
   if (config.cache.enabled) cache = openPrefixCache(config, cache::diskTierOptions(config).path, **backend);

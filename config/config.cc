@@ -23,7 +23,7 @@ namespace {
 
 using json = nlohmann::json;
 using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, LatentDTypeSetting*,
-                              PrefillAttentionSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*,
+                              PrefillAttentionSetting*, BackendSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*,
                               SharedNamespaceGrants*, PriceTableSetting*, BudgetSetting*>;
 
 // The names of each enum setting, indexed by the enumerator's value: the one
@@ -31,6 +31,7 @@ using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, L
 constexpr std::array<std::string_view, 2> kLogFormatNames = {"text", "json"};
 constexpr std::array<std::string_view, 2> kLatentDTypeNames = {"f32", "bf16"};
 constexpr std::array<std::string_view, 3> kPrefillAttentionNames = {"auto", "absorbed", "standard"};
+constexpr std::array<std::string_view, 2> kBackendNames = {"cpu", "cuda"};
 constexpr std::array<std::string_view, 4> kStoredDTypeNames = {"pool", "f32", "bf16", "int8"};
 constexpr std::array<std::string_view, 3> kRestorePolicyNames = {"auto", "always", "never"};
 constexpr std::array<std::string_view, 2> kFingerprintNames = {"sampled", "full"};
@@ -39,6 +40,7 @@ constexpr std::array<std::string_view, 3> kBudgetPeriodNames = {"day", "month", 
 std::span<const std::string_view> enumNames(LogFormat) { return kLogFormatNames; }
 std::span<const std::string_view> enumNames(LatentDTypeSetting) { return kLatentDTypeNames; }
 std::span<const std::string_view> enumNames(PrefillAttentionSetting) { return kPrefillAttentionNames; }
+std::span<const std::string_view> enumNames(BackendSetting) { return kBackendNames; }
 std::span<const std::string_view> enumNames(StoredDTypeSetting) { return kStoredDTypeNames; }
 std::span<const std::string_view> enumNames(RestorePolicySetting) { return kRestorePolicyNames; }
 std::span<const std::string_view> enumNames(FingerprintSetting) { return kFingerprintNames; }
@@ -71,6 +73,7 @@ const std::array kFields = {
     LG_FIELD("server.idle_timeout_ms", server.idle_timeout_ms),
     LG_FIELD("server.request_timeout_ms", server.request_timeout_ms),
     LG_FIELD("server.metrics_token", server.metrics_token),
+    LG_FIELD("engine.backend", engine.backend),
     LG_FIELD("engine.model_dir", engine.model_dir),
     LG_FIELD("engine.threads", engine.threads),
     LG_FIELD("engine.max_context", engine.max_context),

@@ -46,8 +46,14 @@ enum class LatentDTypeSetting : uint8_t { kF32, kBF16 };
 // The form of MLA attention (docs/engine.md): the cheaper per sequence chunk
 // by arithmetic, or one forced for every chunk (to compare them).
 enum class PrefillAttentionSetting : uint8_t { kAuto, kAbsorbed, kStandard };
+// Which backend runs the model: the CPU reference, or the CUDA backend
+// (builds with the CUDA toolkit only; docs/cuda.md). Not automatic yet: the
+// CUDA backend becomes the default on GPU machines once its device check has
+// passed on one.
+enum class BackendSetting : uint8_t { kCpu, kCuda };
 
 struct EngineOptions {
+  BackendSetting backend = BackendSetting::kCpu;  // cpu or cuda
   std::string model_dir;  // empty: the demo model under data_dir/models/demo
   int threads = 0;        // 0: one per hardware thread
   int max_context = 0;    // 0: the model's max_position_embeddings
