@@ -335,6 +335,12 @@ size_t mlaWorkspaceBytes(int32_t tokens, int32_t heads, int32_t kv_lora, int32_t
   return th * (static_cast<size_t>(kv_lora) + 2) * sizeof(float);
 }
 
+int32_t mlaDefaultSplits(int32_t tokens, int32_t heads, int32_t max_context) {
+  const int64_t base = static_cast<int64_t>(std::max(tokens, 1)) * ((heads + kHeadsPerCta - 1) / kHeadsPerCta);
+  const int64_t want = std::max<int64_t>(1, (2 * std::max(smCount(), 1) + base - 1) / base);
+  return static_cast<int32_t>(std::clamp<int64_t>(std::min<int64_t>(want, (max_context + 511) / 512), 1, kMaxSplits));
+}
+
 MlaPath mlaChosenPath(const MlaAttentionParams& p) {
   if (p.path != MlaPath::kAuto) return p.path;
   return tensorCoreCapable(p) ? MlaPath::kTensorCore : MlaPath::kSimt;
@@ -349,13 +355,7 @@ cudaError_t launchMlaAttention(const MlaAttentionParams& p, cudaStream_t stream)
   if (path == MlaPath::kTensorCore && !tensorCoreCapable(p)) return cudaErrorInvalidValue;
   if (path == MlaPath::kSimt && p.q == nullptr) return cudaErrorInvalidValue;
   const int32_t groups = (p.heads + kHeadsPerCta - 1) / kHeadsPerCta;
-  // Enough CTAs to fill the device twice, each split at least 16 tiles long.
-  int32_t splits = p.splits;
-  if (splits <= 0) {
-    const int64_t base = static_cast<int64_t>(p.tokens) * groups;
-    const int64_t want = std::max<int64_t>(1, (2 * std::max(smCount(), 1) + base - 1) / base);
-    splits = static_cast<int32_t>(std::min<int64_t>({want, (p.max_context + 511) / 512, kMaxSplits}));
-  }
+  int32_t splits = p.splits > 0 ? p.splits : mlaDefaultSplits(p.tokens, p.heads, p.max_context);
   splits = std::clamp(splits, 1, kMaxSplits);
   while (splits > 1 && (p.workspace == nullptr || mlaWorkspaceBytes(p.tokens, p.heads, p.kv_lora, splits) > p.workspace_bytes)) {
     --splits;

@@ -63,6 +63,9 @@ struct MlaAttentionParams {
 
 // Bytes of workspace `splits` partials need.
 size_t mlaWorkspaceBytes(int32_t tokens, int32_t heads, int32_t kv_lora, int32_t splits);
+// The splits `splits = 0` chooses: enough CTAs for two per SM, each split at
+// least 512 keys (1 when the queries alone fill the device).
+int32_t mlaDefaultSplits(int32_t tokens, int32_t heads, int32_t max_context);
 
 // Which path kAuto takes for these parameters.
 MlaPath mlaChosenPath(const MlaAttentionParams& p);

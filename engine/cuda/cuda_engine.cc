@@ -459,13 +459,12 @@ Status CudaEngine::run(const ForwardPlan& plan, ForwardOutput& out) {
   LG_RETURN_IF_ERROR(sized<int32_t>(sort_, 2 * int64_t{c_.n_routed_experts} + 1 + 2 * T * k));
   LG_RETURN_IF_ERROR(sized<uint16_t>(gathered_, T * k * hidden));
   LG_RETURN_IF_ERROR(sized<float>(expert_out_, T * k * hidden));
-  // Split attention partials: up to 16 splits of every query (mla_attention.h).
-  LG_RETURN_IF_ERROR(mla_workspace_.ensure(std::max<size_t>(kernels::mlaWorkspaceBytes(static_cast<int32_t>(T),
-                                                                                        static_cast<int32_t>(H),
-                                                                                        static_cast<int32_t>(kv), 16),
-                                                            1)));
   Plan d;
   LG_RETURN_IF_ERROR(upload(plan, d));
+  // The split attention's partials, for the splits these queries get (mla_attention.h).
+  const int32_t splits = kernels::mlaDefaultSplits(static_cast<int32_t>(T), static_cast<int32_t>(H), d.max_context);
+  LG_RETURN_IF_ERROR(mla_workspace_.ensure(std::max<size_t>(
+      kernels::mlaWorkspaceBytes(static_cast<int32_t>(T), static_cast<int32_t>(H), static_cast<int32_t>(kv), splits), 1)));
   cudaStream_t s = stream_.get();
   {
     kernels::EmbeddingParams p;

@@ -1,6 +1,7 @@
 #include "golden_util.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -10,7 +11,12 @@
 
 namespace lg::engine::testing {
 
-std::string fixtureDir(const std::string& name) { return std::string(LG_FIXTURES_DIR) + "/" + name; }
+// LG_FIXTURES_DIR in the environment moves them (a test binary run on
+// another machine, scripts/device-check.sh), else the source tree's.
+std::string fixtureDir(const std::string& name) {
+  const char* moved = std::getenv("LG_FIXTURES_DIR");
+  return std::string(moved != nullptr ? moved : LG_FIXTURES_DIR) + "/" + name;
+}
 
 Golden loadGolden(const std::string& name) {
   Golden g;
