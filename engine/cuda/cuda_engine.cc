@@ -61,6 +61,9 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(std::unique_ptr<DeviceWei
   LG_CUBLAS_RETURN_IF_ERROR(cublasCreate(&e->cublas_), "cublasCreate");
   LG_CUBLAS_RETURN_IF_ERROR(cublasSetStream(e->cublas_, e->stream_.get()), "cublasSetStream");
   LG_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(e->cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  // Sized once for the largest FP8 matrix: a later, larger dequantization
+  // would otherwise free the buffer under a GEMM still queued on the stream.
+  LG_RETURN_IF_ERROR(sized<uint16_t>(e->fp8_scratch_, e->weights_->maxFp8Elements()));
   return e;
 }
 
