@@ -104,6 +104,16 @@ struct BackendOptions {
 
 class ForwardPlan;
 
+// What BackendOptions resolve to for a model, checked the same way for every
+// backend: the context limit (the model's unless smaller), the pool's block
+// count (default: 4 sequences of max_context) and its layout.
+struct BackendShape {
+  int max_context = 0;
+  int32_t num_blocks = 0;
+  LatentLayout layout;
+};
+Result<BackendShape> resolveBackendShape(const ModelConfig& config, const BackendOptions& options);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -86,6 +86,29 @@ Result<ForwardPlan> planForward(const ForwardBatch& batch, const ModelConfig& co
   return plan;
 }
 
+Result<BackendShape> resolveBackendShape(const ModelConfig& c, const BackendOptions& options) {
+  if (options.block_tokens < 1 || options.block_tokens > 4096) {
+    return invalidArgument("block_tokens must be in [1, 4096] (got " + std::to_string(options.block_tokens) + ")");
+  }
+  if (options.max_batch_tokens < 1) return invalidArgument("max_batch_tokens must be positive");
+  BackendShape s;
+  s.max_context = options.max_context > 0 ? options.max_context : c.max_position_embeddings;
+  if (s.max_context > c.max_position_embeddings) {
+    return invalidArgument("max_context " + std::to_string(s.max_context) +
+                           " exceeds the model's max_position_embeddings " + std::to_string(c.max_position_embeddings));
+  }
+  int64_t num_blocks = options.num_blocks;
+  if (num_blocks <= 0) num_blocks = 4 * ((int64_t{s.max_context} + options.block_tokens - 1) / options.block_tokens);
+  if (num_blocks > (int64_t{1} << 30)) return invalidArgument("num_blocks too large");
+  s.num_blocks = static_cast<int32_t>(num_blocks);
+  s.layout.layers = c.num_hidden_layers;
+  s.layout.block_tokens = options.block_tokens;
+  s.layout.kv_lora_rank = c.kv_lora_rank;
+  s.layout.latent_dim = c.latentDim();
+  s.layout.dtype = options.latent_dtype;
+  return s;
+}
+
 Result<ForwardOutput> Backend::forward(const ForwardBatch& batch) {
   LG_ASSIGN_OR_RETURN(ForwardPlan plan,
                       planForward(batch, config(), latentLayout(), blocks(), maxContext(), maxBatchTokens()));

@@ -29,16 +29,6 @@ int64_t nowUs() {
       .count();
 }
 
-std::optional<int64_t> parseInt(std::string_view text) {
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  return v;
-}
-
-openai::ApiError badParam(std::string param, std::string message) {
-  return openai::invalidRequest(std::move(param), "invalid_value", std::move(message));
-}
 
 // The CSV columns after the group's own, in countersJson's order.
 constexpr std::string_view kCounterColumns[] = {
@@ -222,7 +212,7 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
   }
   int64_t limit = 100;
   if (auto it = q.find("limit"); it != q.end()) {
-    auto v = parseInt(it->second);
+    auto v = parseIntParam(it->second);
     if (!v || *v < 1 || *v > 10000) return respondWithApiError(*exchange, badParam("limit", "`limit` must be 1..10000"));
     limit = *v;
   }
@@ -233,7 +223,7 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
   std::string after_id;
   if (auto it = q.find("after"); it != q.end() && !it->second.empty()) {
     const size_t slash = it->second.find('/');
-    auto us = parseInt(std::string_view(it->second).substr(0, slash));
+    auto us = parseIntParam(std::string_view(it->second).substr(0, slash));
     if (slash == std::string::npos || !us) return respondWithApiError(*exchange, badParam("after", "`after` must be a `next` value"));
     after_us = *us;
     after_id = it->second.substr(slash + 1);

@@ -15,16 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-std::optional<int64_t> parseInt(std::string_view text) {
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  return v;
-}
-
-openai::ApiError badParam(std::string param, std::string message) {
-  return openai::invalidRequest(std::move(param), "invalid_value", std::move(message));
-}
 
 }  // namespace
 
@@ -164,7 +154,7 @@ std::map<std::string, std::string> parseQuery(std::string_view query) {
 }
 
 std::optional<int64_t> parseTimeParam(std::string_view text) {
-  if (auto v = parseInt(text)) return v;
+  if (auto v = parseIntParam(text)) return v;
   struct tm tm {};
   const std::string s(text);
   const char* end = nullptr;
@@ -175,6 +165,17 @@ std::optional<int64_t> parseTimeParam(std::string_view text) {
   }
   if (end == nullptr || *end != '\0') return std::nullopt;
   return static_cast<int64_t>(timegm(&tm));
+}
+
+std::optional<int64_t> parseIntParam(std::string_view text) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return v;
+}
+
+ApiError badParam(std::string param, std::string message) {
+  return openai::invalidRequest(std::move(param), "invalid_value", std::move(message));
 }
 
 }  // namespace lg::proxy

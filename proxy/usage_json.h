@@ -67,4 +67,10 @@ std::map<std::string, std::string> parseQuery(std::string_view query);
 // an RFC 3339 UTC time ("2026-01-01T12:00:00Z"); nullopt otherwise.
 std::optional<int64_t> parseTimeParam(std::string_view text);
 
+// A whole decimal integer parameter ("42", "-7"); nullopt otherwise.
+std::optional<int64_t> parseIntParam(std::string_view text);
+
+// The 400 for a bad query or body parameter: invalid_value, naming it.
+ApiError badParam(std::string param, std::string message);
+
 }  // namespace lg::proxy

@@ -361,29 +361,12 @@ Status CpuBackend::runLayers(const ForwardPlan& plan, ForwardOutput& out) {
 
 Result<std::unique_ptr<Backend>> createCpuBackend(std::unique_ptr<Model> model, const BackendOptions& options) {
   if (model == nullptr) return invalidArgument("createCpuBackend: no model");
-  if (options.block_tokens < 1 || options.block_tokens > 4096) {
-    return invalidArgument("block_tokens must be in [1, 4096] (got " + std::to_string(options.block_tokens) + ")");
-  }
-  if (options.max_batch_tokens < 1) return invalidArgument("max_batch_tokens must be positive");
-  const ModelConfig& c = model->config();
-  int max_context = options.max_context > 0 ? options.max_context : c.max_position_embeddings;
-  if (max_context > c.max_position_embeddings) {
-    return invalidArgument("max_context " + std::to_string(max_context) + " exceeds the model's max_position_embeddings " +
-                           std::to_string(c.max_position_embeddings));
-  }
-  int64_t num_blocks = options.num_blocks;
-  if (num_blocks <= 0) num_blocks = 4 * ((int64_t{max_context} + options.block_tokens - 1) / options.block_tokens);
-  if (num_blocks > (int64_t{1} << 30)) return invalidArgument("num_blocks too large");
-  LatentLayout layout;
-  layout.layers = c.num_hidden_layers;
-  layout.block_tokens = options.block_tokens;
-  layout.kv_lora_rank = c.kv_lora_rank;
-  layout.latent_dim = c.latentDim();
-  layout.dtype = options.latent_dtype;
+  LG_ASSIGN_OR_RETURN(const BackendShape shape, resolveBackendShape(model->config(), options));
   // fp32 arithmetic throughout (docs/engine.md); a kernel change that rounds
   // differently bumps kLatentFormatVersion, a new backend gets its own class.
-  LG_ASSIGN_OR_RETURN(auto latents, HostLatentPool::create(layout, static_cast<int32_t>(num_blocks), "cpu-fp32"));
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(std::move(model), options, max_context, std::move(latents)));
+  LG_ASSIGN_OR_RETURN(auto latents, HostLatentPool::create(shape.layout, shape.num_blocks, "cpu-fp32"));
+  return std::unique_ptr<Backend>(
+      std::make_unique<CpuBackend>(std::move(model), options, shape.max_context, std::move(latents)));
 }
 
 }  // namespace lg::engine

@@ -54,29 +54,11 @@ class CudaBackend final : public Backend {
 Result<std::unique_ptr<Backend>> createCudaBackend(std::unique_ptr<Model> model, const BackendOptions& options) {
   if (model == nullptr) return invalidArgument("createCudaBackend: no model");
   if (cudaDeviceCount() == 0) return unavailable("CUDA backend: no GPU is visible to this process");
-  if (options.block_tokens < 1 || options.block_tokens > 4096) {
-    return invalidArgument("block_tokens must be in [1, 4096] (got " + std::to_string(options.block_tokens) + ")");
-  }
-  if (options.max_batch_tokens < 1) return invalidArgument("max_batch_tokens must be positive");
-  const ModelConfig& c = model->config();
-  const int max_context = options.max_context > 0 ? options.max_context : c.max_position_embeddings;
-  if (max_context > c.max_position_embeddings) {
-    return invalidArgument("max_context " + std::to_string(max_context) + " exceeds the model's max_position_embeddings " +
-                           std::to_string(c.max_position_embeddings));
-  }
-  int64_t num_blocks = options.num_blocks;
-  if (num_blocks <= 0) num_blocks = 4 * ((int64_t{max_context} + options.block_tokens - 1) / options.block_tokens);
-  if (num_blocks > (int64_t{1} << 30)) return invalidArgument("num_blocks too large");
-  LatentLayout layout;
-  layout.layers = c.num_hidden_layers;
-  layout.block_tokens = options.block_tokens;
-  layout.kv_lora_rank = c.kv_lora_rank;
-  layout.latent_dim = c.latentDim();
-  layout.dtype = options.latent_dtype;
+  LG_ASSIGN_OR_RETURN(const BackendShape shape, resolveBackendShape(model->config(), options));
   // Its own numerics class: bf16 GEMMs and fused kernels round differently
   // from the CPU's fp32, so the cache never serves one's latents as the other's.
-  const std::string numerics = layout.dtype == LatentDType::kBF16 ? "cuda-bf16" : "cuda-f32";
-  LG_ASSIGN_OR_RETURN(auto pool, cuda::DeviceLatentPool::create(layout, static_cast<int32_t>(num_blocks), numerics));
+  const std::string numerics = shape.layout.dtype == LatentDType::kBF16 ? "cuda-bf16" : "cuda-f32";
+  LG_ASSIGN_OR_RETURN(auto pool, cuda::DeviceLatentPool::create(shape.layout, shape.num_blocks, numerics));
   cuda::Stream upload_stream;
   LG_RETURN_IF_ERROR(upload_stream.create());
   LG_ASSIGN_OR_RETURN(auto weights, cuda::DeviceWeights::upload(*model, upload_stream.get()));
@@ -84,7 +66,8 @@ Result<std::unique_ptr<Backend>> createCudaBackend(std::unique_ptr<Model> model,
   eo.max_batch_tokens = options.max_batch_tokens;
   LG_ASSIGN_OR_RETURN(auto engine, cuda::CudaEngine::create(std::move(weights), *pool, eo));
   return std::unique_ptr<Backend>(
-      std::make_unique<CudaBackend>(std::move(model), std::move(pool), std::move(engine), max_context, options.max_batch_tokens));
+      std::make_unique<CudaBackend>(std::move(model), std::move(pool), std::move(engine), shape.max_context,
+                                    options.max_batch_tokens));
 }
 
 }  // namespace lg::engine

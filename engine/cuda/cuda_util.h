@@ -28,13 +28,15 @@ inline Status cublasStatus(cublasStatus_t s, const char* what) {
 #define LG_CUDA_RETURN_IF_ERROR(expr, what) LG_RETURN_IF_ERROR(::lg::engine::cuda::cudaStatus((expr), (what)))
 #define LG_CUBLAS_RETURN_IF_ERROR(expr, what) LG_RETURN_IF_ERROR(::lg::engine::cuda::cublasStatus((expr), (what)))
 
-// Device memory, freed on destruction; grows on demand (contents not kept).
-class DeviceBuffer {
+// CUDA memory of one kind, freed on destruction; grows on demand (the
+// contents are not kept when it grows).
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*), const char* kWhat>
+class CudaMemory {
  public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaMemory() = default;
+  ~CudaMemory() { reset(); }
+  CudaMemory(CudaMemory&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  CudaMemory& operator=(CudaMemory&& o) noexcept {
     if (this != &o) {
       reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
@@ -42,24 +44,23 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
 
-  // At least `bytes` (never less than before); ResourceExhausted if the
-  // device has no room.
+  // At least `bytes` (never less than before); ResourceExhausted if there is no room.
   Status ensure(size_t bytes) {
     if (bytes <= bytes_) return Status::ok();
     reset();
-    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {
+    if (Alloc(&ptr_, bytes) != cudaSuccess) {
       ptr_ = nullptr;
-      (void)cudaGetLastError();  // clear the sticky-free error state of a failed allocation
-      return resourceExhausted("CUDA: cannot allocate " + std::to_string(bytes) + " bytes of device memory");
+      (void)cudaGetLastError();  // a failed allocation leaves no sticky error behind
+      return resourceExhausted(std::string("CUDA: cannot allocate ") + std::to_string(bytes) + " bytes of " + kWhat);
     }
     bytes_ = bytes;
     return Status::ok();
   }
   void reset() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) Free(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -72,37 +73,14 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+inline cudaError_t deviceAlloc(void** p, size_t n) { return cudaMalloc(p, n); }
+inline cudaError_t pinnedAlloc(void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocDefault); }
+inline constexpr char kDeviceMemory[] = "device memory";
+inline constexpr char kPinnedMemory[] = "pinned host memory";
+
+using DeviceBuffer = CudaMemory<deviceAlloc, cudaFree, kDeviceMemory>;
 // Page-locked host memory (cudaHostAlloc): what asynchronous copies need.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { reset(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  Status ensure(size_t bytes) {
-    if (bytes <= bytes_) return Status::ok();
-    reset();
-    if (cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault) != cudaSuccess) {
-      ptr_ = nullptr;
-      (void)cudaGetLastError();
-      return resourceExhausted("CUDA: cannot allocate " + std::to_string(bytes) + " bytes of pinned host memory");
-    }
-    bytes_ = bytes;
-    return Status::ok();
-  }
-  void reset() {
-    if (ptr_) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  template <typename T = void>
-  T* get() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using PinnedBuffer = CudaMemory<pinnedAlloc, cudaFreeHost, kPinnedMemory>;
 
 class Stream {
  public:
