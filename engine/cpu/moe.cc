@@ -91,12 +91,10 @@ void routeToken(const ModelConfig& c, const float* logits, const float* bias, in
     weights[i] = scores[static_cast<size_t>(experts[i])];
     total += weights[i];
   }
-  const bool v3 = c.model_type == ModelType::kDeepseekV3;
-  const bool normalize = c.norm_topk_prob && (v3 || k > 1);
-  if (normalize) {
+  if (c.renormalizesTopkWeights()) {
     for (int i = 0; i < k; ++i) weights[i] /= total + 1e-20f;
   }
-  if (v3 || !normalize) {
+  if (c.scalesRoutedWeights()) {
     for (int i = 0; i < k; ++i) weights[i] *= static_cast<float>(c.routed_scaling_factor);
   }
 }

@@ -33,6 +33,22 @@ Status sized(DeviceBuffer& b, int64_t count) {
 
 }  // namespace
 
+kernels::MoeRoutingParams moeRoutingParams(const ModelConfig& c) {
+  kernels::MoeRoutingParams p;
+  p.num_experts = c.n_routed_experts;
+  p.k = c.num_experts_per_tok;
+  p.n_group = c.n_group;
+  p.topk_group = c.topk_group;
+  p.scoring = c.scoring_func == ScoringFunc::kSoftmax ? kernels::MoeScoring::kSoftmax : kernels::MoeScoring::kSigmoid;
+  p.method = c.topk_method == TopkMethod::kGreedy               ? kernels::MoeTopk::kGreedy
+             : c.topk_method == TopkMethod::kGroupLimitedGreedy ? kernels::MoeTopk::kGroupLimitedGreedy
+                                                                : kernels::MoeTopk::kNoauxTc;
+  p.renormalize = c.renormalizesTopkWeights();
+  p.scale = c.scalesRoutedWeights();
+  p.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+  return p;
+}
+
 // The plan's arrays in device memory (one upload), as the kernels index them.
 struct CudaEngine::Plan {
   const int32_t* tokens = nullptr;
@@ -173,33 +189,14 @@ Status CudaEngine::attention(const Plan& d, int layer, int64_t T) {
   const float eps = static_cast<float>(c_.rms_norm_eps);
   cudaStream_t s = stream_.get();
   __nv_bfloat16* h = h_.get<__nv_bfloat16>();
-  {
-    kernels::RmsNormParams p;
-    p.x = x_.get<float>();
-    p.x_stride = hidden;
-    p.weight = l.input_norm;
-    p.y_bf16 = h;
-    p.y_stride = hidden;
-    p.rows = static_cast<int32_t>(T);
-    p.cols = static_cast<int32_t>(hidden);
-    p.eps = eps;
-    LG_LAUNCH(kernels::launchRmsNorm(p, s), "input norm");
-  }
+  LG_RETURN_IF_ERROR(rmsNorm(x_.get<float>(), hidden, l.input_norm, hidden, T, h, nullptr, nullptr, "input norm"));
   LG_RETURN_IF_ERROR(gemm(l.kv_a_proj, h, hidden, T, kv_a_.get(), false, D, 0.0f));
   __nv_bfloat16* q = q_.get<__nv_bfloat16>();
   if (c_.q_lora_rank > 0) {
     const int64_t r = c_.q_lora_rank;
     LG_RETURN_IF_ERROR(gemm(l.q_a_proj, h, hidden, T, q_a_.get(), false, r, 0.0f));
-    kernels::RmsNormParams p;
-    p.x = q_a_.get<float>();
-    p.x_stride = r;
-    p.weight = l.q_a_norm;
-    p.y_bf16 = q_a_n_.get<__nv_bfloat16>();
-    p.y_stride = r;
-    p.rows = static_cast<int32_t>(T);
-    p.cols = static_cast<int32_t>(r);
-    p.eps = eps;
-    LG_LAUNCH(kernels::launchRmsNorm(p, s), "q_a norm");
+    LG_RETURN_IF_ERROR(rmsNorm(q_a_.get<float>(), r, l.q_a_norm, r, T, q_a_n_.get<__nv_bfloat16>(), nullptr, nullptr,
+                               "q_a norm"));
     LG_RETURN_IF_ERROR(gemm(l.q_b_proj, q_a_n_.get(), r, T, q, true, H * qhd, 0.0f));
   } else {
     LG_RETURN_IF_ERROR(gemm(l.q_proj, h, hidden, T, q, true, H * qhd, 0.0f));
@@ -290,6 +287,22 @@ Status CudaEngine::attention(const Plan& d, int layer, int64_t T) {
 
 // ------------------------------------------------------------- the MLPs
 
+Status CudaEngine::rmsNorm(const float* x, int64_t x_stride, const float* weight, int64_t cols, int64_t rows,
+                           __nv_bfloat16* y, float* y_f32, const int32_t* row_index, const char* what) {
+  kernels::RmsNormParams p;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.weight = weight;
+  p.y_bf16 = y;
+  p.y_f32 = y_f32;
+  p.y_stride = cols;
+  p.row_index = row_index;
+  p.rows = static_cast<int32_t>(rows);
+  p.cols = static_cast<int32_t>(cols);
+  p.eps = static_cast<float>(c_.rms_norm_eps);
+  return cudaStatus(kernels::launchRmsNorm(p, stream_.get()), what);
+}
+
 Status CudaEngine::mlp(const DeviceMlp& m, int64_t inter, int64_t T, const void* h, float* x) {
   const int64_t hidden = c_.hidden_size;
   float* gate_up = gate_up_.get<float>();
@@ -316,25 +329,12 @@ Status CudaEngine::moe(const DeviceLayer& l, int64_t T) {
                                         router_logits_.get<float>(), static_cast<int>(n)),
                             "router");
   {
-    kernels::MoeRoutingParams p;
+    kernels::MoeRoutingParams p = moeRoutingParams(c_);
     p.logits = router_logits_.get<float>();
     p.bias = l.router_bias;
     p.experts = experts_.get<int32_t>();
     p.weights = expert_weights_.get<float>();
     p.tokens = static_cast<int32_t>(T);
-    p.num_experts = static_cast<int32_t>(n);
-    p.k = static_cast<int32_t>(k);
-    p.n_group = c_.n_group;
-    p.topk_group = c_.topk_group;
-    p.scoring = c_.scoring_func == ScoringFunc::kSoftmax ? kernels::MoeScoring::kSoftmax : kernels::MoeScoring::kSigmoid;
-    p.method = c_.topk_method == TopkMethod::kGreedy               ? kernels::MoeTopk::kGreedy
-               : c_.topk_method == TopkMethod::kGroupLimitedGreedy ? kernels::MoeTopk::kGroupLimitedGreedy
-                                                                   : kernels::MoeTopk::kNoauxTc;
-    // engine/cpu/moe.cc's rule, resolved once here.
-    const bool v3 = c_.model_type == ModelType::kDeepseekV3;
-    p.renormalize = c_.norm_topk_prob && (v3 || k > 1);
-    p.scale = v3 || !p.renormalize;
-    p.routed_scaling_factor = static_cast<float>(c_.routed_scaling_factor);
     LG_LAUNCH(kernels::launchMoeRouting(p, s), "moe routing");
   }
   const __nv_bfloat16* h = h_.get<__nv_bfloat16>();
@@ -418,17 +418,9 @@ Status CudaEngine::moe(const DeviceLayer& l, int64_t T) {
 
 Status CudaEngine::feedForward(const Plan&, int layer, int64_t T) {
   const DeviceLayer& l = weights_->layer(layer);
-  kernels::RmsNormParams p;
-  p.x = x_.get<float>();
-  p.x_stride = c_.hidden_size;
-  p.weight = l.post_attention_norm;
-  p.y_bf16 = h_.get<__nv_bfloat16>();
-  p.y_f32 = l.moe ? h_f32_.get<float>() : nullptr;  // the router's input
-  p.y_stride = c_.hidden_size;
-  p.rows = static_cast<int32_t>(T);
-  p.cols = c_.hidden_size;
-  p.eps = static_cast<float>(c_.rms_norm_eps);
-  LG_LAUNCH(kernels::launchRmsNorm(p, stream_.get()), "post-attention norm");
+  LG_RETURN_IF_ERROR(rmsNorm(x_.get<float>(), c_.hidden_size, l.post_attention_norm, c_.hidden_size, T,
+                             h_.get<__nv_bfloat16>(), l.moe ? h_f32_.get<float>() : nullptr,  // the router's input
+                             nullptr, "post-attention norm"));
   if (!l.moe) return mlp(l.mlp, c_.intermediate_size, T, h_.get(), x_.get<float>());
   return moe(l, T);
 }
@@ -492,17 +484,8 @@ Status CudaEngine::run(const ForwardPlan& plan, ForwardOutput& out) {
   }
   out.logits.clear();
   if (rows > 0) {
-    kernels::RmsNormParams p;
-    p.x = x_.get<float>();
-    p.x_stride = hidden;
-    p.weight = weights_->finalNorm();
-    p.y_bf16 = h_.get<__nv_bfloat16>();
-    p.y_stride = hidden;
-    p.row_index = d.logit_rows;
-    p.rows = static_cast<int32_t>(rows);
-    p.cols = static_cast<int32_t>(hidden);
-    p.eps = static_cast<float>(c_.rms_norm_eps);
-    LG_LAUNCH(kernels::launchRmsNorm(p, s), "final norm");
+    LG_RETURN_IF_ERROR(rmsNorm(x_.get<float>(), hidden, weights_->finalNorm(), hidden, rows, h_.get<__nv_bfloat16>(),
+                               nullptr, d.logit_rows, "final norm"));
     LG_RETURN_IF_ERROR(sized<float>(logits_, rows * c_.vocab_size));
     LG_RETURN_IF_ERROR(gemm(weights_->lmHead(), h_.get(), hidden, rows, logits_.get(), false, c_.vocab_size, 0.0f));
     if (options_.copy_logits) {

@@ -29,8 +29,13 @@
 #include "engine/forward_plan.h"
 #include "engine/model/rope.h"
 #include "kernels/mla_attention.h"
+#include "kernels/moe_routing.h"
 
 namespace lg::engine::cuda {
+
+// The routing rules of `config` as moe_routing.h takes them (the tensors
+// and token count are the caller's).
+kernels::MoeRoutingParams moeRoutingParams(const ModelConfig& config);
 
 struct CudaEngineOptions {
   int64_t max_batch_tokens = 16384;
@@ -64,6 +69,10 @@ class CudaEngine {
   Status feedForward(const Plan& d, int layer, int64_t T);
   Status moe(const DeviceLayer& l, int64_t T);
   Status mlp(const DeviceMlp& m, int64_t inter, int64_t T, const void* h, float* x);
+  // RMSNorm of `rows` rows of x (row_index: which; null: the first rows) into
+  // y (bf16) and, when y_f32 is set, fp32; both with row stride `cols`.
+  Status rmsNorm(const float* x, int64_t x_stride, const float* weight, int64_t cols, int64_t rows,
+                 __nv_bfloat16* y, float* y_f32, const int32_t* row_index, const char* what);
   // y[M, N] = x[M, K] . w^T (+ beta y), row-major; x bf16; y fp32 or bf16.
   Status gemm(const DeviceMatrix& w, const void* x, int64_t ldx, int64_t M, void* y, bool y_bf16, int64_t ldy,
               float beta);

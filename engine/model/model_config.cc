@@ -139,6 +139,14 @@ Status validate(const ModelConfig& c) {
 
 }  // namespace
 
+bool ModelConfig::renormalizesTopkWeights() const {
+  return norm_topk_prob && (model_type == ModelType::kDeepseekV3 || num_experts_per_tok > 1);
+}
+
+bool ModelConfig::scalesRoutedWeights() const {
+  return model_type == ModelType::kDeepseekV3 || !renormalizesTopkWeights();
+}
+
 bool ModelConfig::isMoeLayer(int layer) const {
   return n_routed_experts > 0 && layer >= first_k_dense_replace && layer % std::max(1, moe_layer_freq) == 0;
 }

@@ -73,6 +73,11 @@ struct ModelConfig {
   int qHeadDim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   // Values per token per layer in the latent cache: normed c_kv then roped k_pe.
   int latentDim() const { return kv_lora_rank + qk_rope_head_dim; }
+  // How the chosen experts' weights are finished, as the reference does:
+  // renormalized to sum to one when norm_topk_prob (V3, or V2 with k > 1),
+  // then times routed_scaling_factor (V3 always; V2 only when not renormalized).
+  bool renormalizesTopkWeights() const;
+  bool scalesRoutedWeights() const;
   // The attention softmax scale: qHeadDim^-0.5, times mscale(factor,
   // mscale_all_dim)^2 under yarn. The absorbed form keeps this scale.
   double softmaxScale() const;

@@ -28,6 +28,7 @@
 #include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_engine.h"
 #include "engine/forward_runner.h"
 #include "engine/model/dtype.h"
 #include "engine/model/presets.h"
@@ -369,24 +370,13 @@ TEST_F(CudaOpsTest, MoeRoutingMatchesTheCpuForEveryMethod) {
     const auto bias = randomFloats(cs.experts, 10, 0.1f);
     Dev<float> dl(logits), db(bias), dw(static_cast<size_t>(T) * cs.k);
     Dev<int32_t> de(static_cast<size_t>(T) * cs.k);
-    kernels::MoeRoutingParams p;
+    // The engine's own mapping of the config, as a MoE layer routes.
+    kernels::MoeRoutingParams p = cuda::moeRoutingParams(c);
     p.logits = dl.get();
     p.bias = cs.method == TopkMethod::kNoauxTc ? db.get() : nullptr;
     p.experts = de.get();
     p.weights = dw.get();
     p.tokens = T;
-    p.num_experts = cs.experts;
-    p.k = cs.k;
-    p.n_group = cs.groups;
-    p.topk_group = cs.keep;
-    p.scoring = cs.scoring == ScoringFunc::kSoftmax ? kernels::MoeScoring::kSoftmax : kernels::MoeScoring::kSigmoid;
-    p.method = cs.method == TopkMethod::kGreedy               ? kernels::MoeTopk::kGreedy
-               : cs.method == TopkMethod::kGroupLimitedGreedy ? kernels::MoeTopk::kGroupLimitedGreedy
-                                                              : kernels::MoeTopk::kNoauxTc;
-    const bool v3 = cs.type == ModelType::kDeepseekV3;
-    p.renormalize = cs.norm && (v3 || cs.k > 1);
-    p.scale = v3 || !p.renormalize;
-    p.routed_scaling_factor = static_cast<float>(cs.scale);
     ASSERT_EQ(kernels::launchMoeRouting(p, nullptr), cudaSuccess);
     const auto experts = de.host();
     const auto weights = dw.host();
