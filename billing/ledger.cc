@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hex.h"
+#include "common/logging.h"
 
 namespace lg::billing {
 
@@ -21,6 +22,11 @@ using nlohmann::json;
 constexpr std::string_view kEntryPrefix = "led/e/";
 constexpr std::string_view kIdPrefix = "led/id/";
 constexpr std::string_view kIdempotencyPrefix = "led/idem/";
+constexpr std::string_view kIdempotencyTimePrefix = "led/idemt/";
+constexpr std::string_view kIdempotencyIndexed = "led/idem-indexed";
+// Expired idempotency records deleted per sweep, and how often the committer sweeps.
+constexpr size_t kSweepBatch = 256;
+constexpr auto kSweepInterval = std::chrono::seconds(60);
 constexpr std::string_view kAggPrefix = "agg/";
 constexpr int64_t kHourUs = int64_t{3600} * 1'000'000;
 
@@ -36,6 +42,28 @@ std::string entryKey(int64_t start_us, std::string_view request_id) {
 
 std::string idempotencyKey(std::string_view key_id, std::string_view key_hash) {
   return std::string(kIdempotencyPrefix) + std::string(key_id) + "/" + std::string(key_hash);
+}
+
+std::string idempotencyTimeKey(int64_t created_us, std::string_view key_id, std::string_view key_hash) {
+  return std::string(kIdempotencyTimePrefix) + padded(std::max<int64_t>(created_us, 0), 16) + "/" +
+         std::string(key_id) + "/" + std::string(key_hash);
+}
+
+// The record key that a led/idemt/ key names: led/idemt/<created>/<key id>/<hash>.
+std::optional<std::string> recordKeyOfTimeKey(std::string_view time_key) {
+  if (!time_key.starts_with(kIdempotencyTimePrefix)) return std::nullopt;
+  std::string_view rest = time_key.substr(kIdempotencyTimePrefix.size());
+  const size_t slash = rest.find('/');
+  if (slash != 16) return std::nullopt;
+  rest.remove_prefix(slash + 1);
+  const size_t last = rest.rfind('/');
+  if (last == std::string_view::npos || last == 0 || last + 1 == rest.size()) return std::nullopt;
+  return idempotencyKey(rest.substr(0, last), rest.substr(last + 1));
+}
+
+spdlog::logger* ledgerLog() {
+  static spdlog::logger* logger = componentLogger("billing");
+  return logger;
 }
 
 int64_t hourOf(int64_t unix_us) { return std::max<int64_t>(unix_us, 0) / kHourUs; }
@@ -259,7 +287,9 @@ Ledger::Ledger(BillingDb& db, LedgerOptions options)
 
 Result<std::unique_ptr<Ledger>> Ledger::open(BillingDb& db, LedgerOptions options) {
   if (options.max_batch == 0) return invalidArgument("ledger: max_batch must be at least 1");
+  if (options.idempotency_ttl_s < 1) return invalidArgument("ledger: idempotency_ttl_s must be at least 1");
   std::unique_ptr<Ledger> ledger(new Ledger(db, options));
+  LG_RETURN_IF_ERROR(ledger->indexIdempotencyRecords());
   ledger->committer_ = std::thread([l = ledger.get()] { l->run(); });
   return ledger;
 }
@@ -282,25 +312,40 @@ void Ledger::commit(LedgerEntry entry, std::optional<IdempotencyCommit> idempote
 }
 
 void Ledger::run() {
+  // The first sweep at once: what expired while the server was down.
+  auto next_sweep = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and everything committed
-    // Everything that queued while the last write synced goes into this one.
-    std::vector<Pending> batch;
-    const size_t n = std::min(queue_.size(), options_.max_batch);
-    batch.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      batch.push_back(std::move(queue_.front()));
-      queue_.pop_front();
+    cv_.wait_until(lock, next_sweep, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_ && queue_.empty()) return;  // everything committed
+    if (!queue_.empty()) {
+      // Everything that queued while the last write synced goes into this one.
+      std::vector<Pending> batch;
+      const size_t n = std::min(queue_.size(), options_.max_batch);
+      batch.reserve(n);
+      for (size_t i = 0; i < n; ++i) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      lock.unlock();
+      commitBatch(batch);
+      lock.lock();
     }
-    lock.unlock();
-    commitBatch(batch);
-    lock.lock();
+    if (!stopping_ && std::chrono::steady_clock::now() >= next_sweep) {
+      // Between batches, so a backlog of expired records never holds up a
+      // commit by more than one bounded sweep.
+      lock.unlock();
+      auto deleted = expireIdempotencyRecords(kSweepBatch);
+      if (!deleted.isOk()) ledgerLog()->error("ledger: expiring idempotency records failed: {}", deleted.status().toString());
+      const bool more = deleted.isOk() && *deleted == kSweepBatch;
+      next_sweep = std::chrono::steady_clock::now() + (more ? std::chrono::steady_clock::duration::zero() : kSweepInterval);
+      lock.lock();
+    }
   }
 }
 
 void Ledger::commitBatch(std::vector<Pending>& batch) {
+  std::lock_guard write_lock(write_mu_);
   std::vector<Status> results(batch.size());
   WriteOps ops;
   std::map<std::string, Counters> sums;  // one merge per aggregate key per batch
@@ -336,6 +381,16 @@ void Ledger::commitBatch(std::vector<Pending>& batch) {
       const IdempotencyCommit& ic = *batch[i].idempotency;
       ops.puts.emplace_back(idempotencyKey(ic.key_id, ic.key_hash),
                             recordToJson(*ic.record).dump(-1, ' ', false, json::error_handler_t::replace));
+      ops.puts.emplace_back(idempotencyTimeKey(ic.record->created_us, ic.key_id, ic.key_hash), "");
+      // An expired record this one replaces takes its time key along.
+      int64_t replaced_us = -1;
+      {
+        std::lock_guard lock(claims_mu_);
+        if (auto it = claims_.find({ic.key_id, ic.key_hash}); it != claims_.end()) replaced_us = it->second;
+      }
+      if (replaced_us >= 0 && replaced_us != ic.record->created_us) {
+        ops.deletes.push_back(idempotencyTimeKey(replaced_us, ic.key_id, ic.key_hash));
+      }
     }
   }
   for (const auto& [k, c] : sums) ops.merges.emplace_back(k, encodeCounters(std::vector<uint64_t>(c.begin(), c.end())));
@@ -394,19 +449,38 @@ LedgerStats Ledger::stats() const {
 
 // ----------------------------------------------------------- idempotency
 
+int64_t Ledger::nowUs() const {
+  if (options_.now_us) return options_.now_us();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool Ledger::expired(const IdempotencyRecord& record) const {
+  return record.created_us <= nowUs() - options_.idempotency_ttl_s * 1'000'000;
+}
+
 Result<Ledger::Claim> Ledger::claim(const std::string& key_id, const std::string& key_hash) {
   {
     std::lock_guard lock(claims_mu_);
-    if (!claims_.insert({key_id, key_hash}).second) return Claim{ClaimState::kInFlight, std::nullopt};
+    if (!claims_.try_emplace({key_id, key_hash}, -1).second) return Claim{ClaimState::kInFlight, std::nullopt};
   }
   // Claimed: no commit for this key can be under way, so the store's answer
   // is final until we release it.
   auto stored = db_.get(idempotencyKey(key_id, key_hash));
-  if (!stored.isOk() || stored->has_value()) {
+  if (!stored.isOk()) {
     release(key_id, key_hash);
-    if (!stored.isOk()) return stored.status();
-    LG_ASSIGN_OR_RETURN(IdempotencyRecord record, recordFromJson(**stored));
-    return Claim{ClaimState::kDone, std::move(record)};
+    return stored.status();
+  }
+  if (stored->has_value()) {
+    auto record = recordFromJson(**stored);
+    if (!record.isOk() || !expired(*record)) {
+      release(key_id, key_hash);
+      if (!record.isOk()) return record.status();
+      return Claim{ClaimState::kDone, std::move(*record)};
+    }
+    // Expired: the key is free again; the commit replaces the record.
+    std::lock_guard lock(claims_mu_);
+    claims_[{key_id, key_hash}] = record->created_us;
   }
   return Claim{ClaimState::kClaimed, std::nullopt};
 }
@@ -414,6 +488,60 @@ Result<Ledger::Claim> Ledger::claim(const std::string& key_id, const std::string
 void Ledger::release(const std::string& key_id, const std::string& key_hash) {
   std::lock_guard lock(claims_mu_);
   claims_.erase({key_id, key_hash});
+}
+
+Result<size_t> Ledger::expireIdempotencyRecords(size_t max_records) {
+  std::lock_guard write_lock(write_mu_);
+  const int64_t cutoff_us = nowUs() - options_.idempotency_ttl_s * 1'000'000;
+  if (cutoff_us < 0) return size_t{0};
+  // Time keys up to and including the cutoff: [prefix, prefix + (cutoff + 1)).
+  const std::string end = std::string(kIdempotencyTimePrefix) + padded(cutoff_us + 1, 16);
+  std::vector<std::string> deletes;  // pairs: the record, its time key
+  LG_RETURN_IF_ERROR(db_.scanRange(kIdempotencyTimePrefix, end, [&](std::string_view key, std::string_view) {
+    if (deletes.size() >= 2 * max_records) return false;
+    std::optional<std::string> record_key = recordKeyOfTimeKey(key);
+    if (!record_key) {
+      // Names no record: dropped, so that it cannot stop every later sweep.
+      ledgerLog()->warn("ledger: idempotency time key {} is damaged; deleted", key);
+      deletes.emplace_back(key);
+      deletes.emplace_back(key);
+      return true;
+    }
+    // One time key per record, both written and replaced in one batch, and
+    // no batch runs meanwhile: the record is this key's, and expired.
+    deletes.push_back(std::move(*record_key));
+    deletes.emplace_back(key);
+    return true;
+  }));
+  if (deletes.empty()) return size_t{0};
+  // Not synced: a deletion lost to a power failure is swept again.
+  LG_RETURN_IF_ERROR(db_.apply(WriteOps{{}, {}, deletes}, /*sync=*/false));
+  return deletes.size() / 2;
+}
+
+Status Ledger::indexIdempotencyRecords() {
+  LG_ASSIGN_OR_RETURN(std::optional<std::string> done, db_.get(kIdempotencyIndexed));
+  if (done) return Status::ok();
+  WriteOps ops;
+  LG_RETURN_IF_ERROR(db_.scan(kIdempotencyPrefix, [&](std::string_view key, std::string_view value) {
+    std::string_view rest = key.substr(kIdempotencyPrefix.size());
+    const size_t last = rest.rfind('/');
+    auto record = recordFromJson(value);
+    if (last == std::string_view::npos || !record.isOk()) {
+      // Never served (a claim refuses it); expired at once so the sweep removes it.
+      ledgerLog()->warn("ledger: idempotency record {} is damaged; it will be deleted", key);
+      if (last == std::string_view::npos) {
+        ops.deletes.emplace_back(key);
+        return true;
+      }
+      ops.puts.emplace_back(idempotencyTimeKey(0, rest.substr(0, last), rest.substr(last + 1)), "");
+      return true;
+    }
+    ops.puts.emplace_back(idempotencyTimeKey(record->created_us, rest.substr(0, last), rest.substr(last + 1)), "");
+    return true;
+  }));
+  ops.puts.emplace_back(kIdempotencyIndexed, "1");
+  return db_.apply(ops, /*sync=*/true);
 }
 
 // ----------------------------------------------------------------- reads

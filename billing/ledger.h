@@ -15,8 +15,17 @@
 //   led/e/<start us, 16 digits>/<request id>   the entry
 //   led/id/<request id>                        <start us>: finds an entry by id, keeps ids unique
 //   led/idem/<key id>/<SHA-256 of the Idempotency-Key, hex>   the request that used it
+//   led/idemt/<created us, 16 digits>/<key id>/<key hash>      "": the records in creation order
+//   led/idem-indexed                           "1": every record has its led/idemt/ key
 //   agg/<dimension>/<hour, 10 digits>/<value>  counters (encodeCounters, merged):
 //     key: <team>/<key id>, team: <team>, model: <model>, sp: <team>/<fingerprint or "-">
+//
+// Idempotency records expire `idempotency_ttl_s` after they were made (24
+// hours, as Stripe's keys do): a claim treats an expired record as absent,
+// and the committer deletes expired ones in creation order, a bounded batch
+// at a time, at start and then once a minute, so the table (whose records
+// may keep whole responses) stays bounded. Each record has exactly one
+// led/idemt/ key: they are written, replaced and deleted in the same batch.
 //
 // Thread-safety: every method may be called from any thread. Callbacks run
 // on the committer thread, one at a time, and must not block.
@@ -154,6 +163,8 @@ struct UsageRow {
 struct LedgerOptions {
   size_t max_batch = 4096;                 // entries per WriteBatch
   size_t max_replay_bytes = size_t{4} << 20;  // a response kept for Idempotency-Key replays, at most
+  int64_t idempotency_ttl_s = 24 * 3600;   // an Idempotency-Key is spent for this long; >= 1
+  std::function<int64_t()> now_us;         // Unix microseconds; empty: the system clock (tests pass their own)
   LedgerMetrics* metrics = nullptr;        // /metrics: commit latency and cost by team; must outlive the ledger
 };
 
@@ -213,6 +224,10 @@ class Ledger {
   Result<Claim> claim(const std::string& key_id, const std::string& key_hash);
   // Releases a claim without a commit (a request refused before it ran).
   void release(const std::string& key_id, const std::string& key_hash);
+  // Deletes up to `max_records` expired idempotency records, oldest first,
+  // and returns how many it deleted (fewer: none is left). The committer
+  // calls it; it is public for tests and serialized with the commits.
+  Result<size_t> expireIdempotencyRecords(size_t max_records);
 
   Result<std::optional<LedgerEntry>> find(const std::string& request_id) const;
   // Entries with start_us in [from_us, to_us), in start order, until fn returns false.
@@ -243,6 +258,10 @@ class Ledger {
   Ledger(BillingDb& db, LedgerOptions options);
   void run();
   void commitBatch(std::vector<Pending>& batch);
+  int64_t nowUs() const;
+  bool expired(const IdempotencyRecord& record) const;
+  // Gives every record written before led/idemt/ existed its key, once.
+  Status indexIdempotencyRecords();
 
   BillingDb& db_;
   const LedgerOptions options_;
@@ -252,8 +271,14 @@ class Ledger {
   std::deque<Pending> queue_;  // guarded by mu_
   bool stopping_ = false;      // guarded by mu_
 
+  // Serializes the batches with expireIdempotencyRecords(), so a sweep never
+  // deletes a record that a batch is replacing.
+  std::mutex write_mu_;
+
+  // Claimed (key id, key hash) -> the creation time of the expired record
+  // the claim will replace (its led/idemt/ key goes with it), or -1.
   mutable std::mutex claims_mu_;
-  std::set<std::pair<std::string, std::string>> claims_;  // guarded by claims_mu_
+  std::map<std::pair<std::string, std::string>, int64_t> claims_;  // guarded by claims_mu_
 
   mutable std::mutex stats_mu_;
   LedgerStats stats_;  // guarded by stats_mu_

@@ -149,6 +149,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   if (!fingerprints.isOk()) return fail("system prompt key", fingerprints.status());
   billing::LedgerOptions ledger_options;
   ledger_options.metrics = &ledger_metrics;
+  ledger_options.idempotency_ttl_s = config.billing.idempotency_ttl_s;
   auto ledger = billing::Ledger::open(**billing_db, ledger_options);
   if (!ledger.isOk()) return fail("ledger", ledger.status());
   // Before any request: what was spent is summed from the ledger, and every

@@ -112,6 +112,7 @@ const std::array kFields = {
     LG_FIELD("billing.prices", billing.prices),
     LG_FIELD("billing.key_budget", billing.key_budget),
     LG_FIELD("billing.team_budget", billing.team_budget),
+    LG_FIELD("billing.idempotency_ttl_s", billing.idempotency_ttl_s),
 };
 #undef LG_FIELD
 
@@ -594,6 +595,10 @@ Status validateConfig(const Config& c) {
   if (c.server.stored_response_ttl_s < 1 || c.server.stored_response_ttl_s > 10 * 365 * 24 * 3600) {
     return invalidArgument("server.stored_response_ttl_s: expected 1..315360000 (10 years), got " +
                            std::to_string(c.server.stored_response_ttl_s));
+  }
+  if (c.billing.idempotency_ttl_s < 1 || c.billing.idempotency_ttl_s > 10 * 365 * 24 * 3600) {
+    return invalidArgument("billing.idempotency_ttl_s: expected 1..315360000 (10 years), got " +
+                           std::to_string(c.billing.idempotency_ttl_s));
   }
   // A secret: the message gives its length, never its text.
   if (!c.server.metrics_token.empty() && (c.server.metrics_token.size() < 16 || c.server.metrics_token.size() > 4096)) {

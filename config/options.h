@@ -169,6 +169,9 @@ struct BillingOptions {
   // /admin/budgets/keys/ID and /admin/budgets/teams/TEAM set those).
   BudgetSetting key_budget;
   BudgetSetting team_budget;
+  // How long an Idempotency-Key stays spent (its replay kept); after that the
+  // same key runs a new request. 24 hours, as at Stripe.
+  int64_t idempotency_ttl_s = 24 * 3600;
 };
 
 struct Config {

@@ -337,6 +337,8 @@ TEST(LedgerTest, IdempotencyKeysAreClaimedOnceAndRemembered) {
   r.content_type = "application/json";
   r.body = R"({"id":"chatcmpl-2"})";
   r.body_kept = true;
+  r.created_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                     std::chrono::system_clock::now().time_since_epoch()).count();
   ASSERT_TRUE(commitAndWait(l, makeEntry(2), IdempotencyCommit{"key_a", hash, r}).isOk());
   auto done = l.claim("key_a", hash);
   ASSERT_TRUE(done.isOk());
@@ -345,6 +347,124 @@ TEST(LedgerTest, IdempotencyKeysAreClaimedOnceAndRemembered) {
   EXPECT_EQ(done->record->body, r.body);
   EXPECT_EQ(done->record->request_digest, r.request_digest);
   EXPECT_EQ(l.claim("key_a", hash)->state, Ledger::ClaimState::kDone);  // kDone holds no claim
+}
+
+size_t countKeys(const BillingDb& db, std::string_view prefix) {
+  size_t n = 0;
+  EXPECT_TRUE(db.scan(prefix, [&](std::string_view, std::string_view) { return ++n, true; }).isOk());
+  return n;
+}
+
+IdempotencyRecord recordOf(const std::string& request_id, int64_t created_us) {
+  IdempotencyRecord r;
+  r.request_id = request_id;
+  r.request_digest = requestDigest("/v1/chat/completions", "{}");
+  r.created_us = created_us;
+  r.content_type = "application/json";
+  r.body = "{}";
+  r.body_kept = true;
+  return r;
+}
+
+TEST(LedgerTest, IdempotencyRecordsExpireAndTheSweepDeletesThemOldestFirst) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  std::atomic<int64_t> now{kT0};
+  LedgerOptions options;
+  options.idempotency_ttl_s = 3600;
+  options.now_us = [&] { return now.load(); };
+  auto ledger = Ledger::open(**db, options);
+  ASSERT_TRUE(ledger.isOk());
+  Ledger& l = **ledger;
+  const std::string h1 = idempotencyKeyHash("one"), h2 = idempotencyKeyHash("two");
+  auto claimAndCommit = [&](const std::string& hash, int request, int64_t created_us) {
+    ASSERT_EQ(l.claim("key_a", hash)->state, Ledger::ClaimState::kClaimed);
+    LedgerEntry e = makeEntry(request);
+    ASSERT_TRUE(commitAndWait(l, e, IdempotencyCommit{"key_a", hash, recordOf(e.request_id, created_us)}).isOk());
+  };
+  claimAndCommit(h1, 1, kT0);
+  claimAndCommit(h2, 2, kT0 + 1800 * kUs);
+  EXPECT_EQ(countKeys(**db, "led/idemt/"), 2u);
+
+  // One microsecond short of the TTL: still spent, and nothing to sweep.
+  now = kT0 + 3600 * kUs - 1;
+  EXPECT_EQ(l.claim("key_a", h1)->state, Ledger::ClaimState::kDone);
+  EXPECT_EQ(*l.expireIdempotencyRecords(256), 0u);
+
+  // At the TTL the key is free again; the new request replaces the record
+  // and its time key, so the old time key does not linger.
+  now = kT0 + 3600 * kUs;
+  claimAndCommit(h1, 3, now);
+  auto again = l.claim("key_a", h1);
+  ASSERT_EQ(again->state, Ledger::ClaimState::kDone);
+  EXPECT_EQ(again->record->request_id, "req_3");
+  EXPECT_EQ(l.claim("key_a", h2)->state, Ledger::ClaimState::kDone);
+  EXPECT_EQ(countKeys(**db, "led/idemt/"), 2u);
+
+  // The sweep deletes what expired, and only that.
+  now = kT0 + 5400 * kUs;
+  EXPECT_EQ(*l.expireIdempotencyRecords(256), 1u);
+  EXPECT_FALSE((*db)->get(std::string("led/idem/key_a/") + h2)->has_value());
+  EXPECT_TRUE((*db)->get(std::string("led/idem/key_a/") + h1)->has_value());
+  EXPECT_EQ(countKeys(**db, "led/idemt/"), 1u);
+  now = kT0 + 7200 * kUs;
+  EXPECT_EQ(*l.expireIdempotencyRecords(256), 1u);
+  EXPECT_EQ(countKeys(**db, "led/idem/"), 0u);
+  EXPECT_EQ(countKeys(**db, "led/idemt/"), 0u);
+
+  // A bounded batch at a time, oldest first.
+  for (int i = 0; i < 5; ++i) {
+    claimAndCommit(idempotencyKeyHash("k" + std::to_string(i)), 10 + i, now.load() + i);
+  }
+  now = now + 3600 * kUs + 10;
+  EXPECT_EQ(*l.expireIdempotencyRecords(2), 2u);
+  EXPECT_FALSE((*db)->get(std::string("led/idem/key_a/") + idempotencyKeyHash("k1"))->has_value());
+  EXPECT_TRUE((*db)->get(std::string("led/idem/key_a/") + idempotencyKeyHash("k2"))->has_value());
+  EXPECT_EQ(*l.expireIdempotencyRecords(2), 2u);
+  EXPECT_EQ(*l.expireIdempotencyRecords(2), 1u);
+  EXPECT_EQ(*l.expireIdempotencyRecords(2), 0u);
+  // The entries themselves stay: expiry only forgets the replay.
+  EXPECT_EQ(l.verify()->entries, 8u);
+}
+
+TEST(LedgerTest, RecordsWrittenBeforeExpiryAreIndexedAtOpenAndSweptInTheBackground) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  const std::string hash = idempotencyKeyHash("old");
+  const int64_t old_us = kT0;
+  {
+    auto ledger = Ledger::open(**db);
+    ASSERT_TRUE(ledger.isOk());
+  }
+  // What an older version left: a record with no time key, no marker.
+  IdempotencyRecord r = recordOf("req_old", old_us);
+  const std::string record_key = "led/idem/key_a/" + hash;
+  ASSERT_TRUE((*db)->write({{record_key, R"({"request_id":"req_old","request_digest":")" + r.request_digest +
+                                             R"(","status":"completed","created_us":)" + std::to_string(old_us) +
+                                             R"(,"stream":false,"content_type":"application/json","body":"{}","body_kept":true})"}},
+                           {"led/idem-indexed"}).isOk());
+  // A clock just before it expires: opening indexes it, the sweep keeps it.
+  std::atomic<int64_t> now{old_us + 3600 * kUs - 1};
+  LedgerOptions options;
+  options.idempotency_ttl_s = 3600;
+  options.now_us = [&] { return now.load(); };
+  {
+    auto ledger = Ledger::open(**db, options);
+    ASSERT_TRUE(ledger.isOk());
+    EXPECT_EQ(countKeys(**db, "led/idemt/"), 1u);
+    EXPECT_EQ((*ledger)->claim("key_a", hash)->state, Ledger::ClaimState::kDone);
+  }
+  // Reopened after it expired: the committer's first sweep deletes it.
+  now = old_us + 3600 * kUs;
+  auto ledger = Ledger::open(**db, options);
+  ASSERT_TRUE(ledger.isOk());
+  for (int i = 0; i < 500 && (*db)->get(record_key)->has_value(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE((*db)->get(record_key)->has_value());
+  EXPECT_EQ(countKeys(**db, "led/idemt/"), 0u);
 }
 
 TEST(LedgerTest, UsageByGroupAndPeriod) {

@@ -335,5 +335,20 @@ TEST(ConfigTest, TheMetricsTokenComesFromTheEnvironmentAndIsNeverPrinted) {
   EXPECT_EQ(bad.status().message().find("short-token"), std::string::npos) << bad.status().message();
 }
 
+TEST(ConfigTest, IdempotencyKeysStaySpentForADayUnlessConfigured) {
+  ConfigSources sources;
+  auto c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->billing.idempotency_ttl_s, 24 * 3600);
+  sources.environment = {{"LATENTGATE_BILLING_IDEMPOTENCY_TTL_S", "600"}};
+  c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->billing.idempotency_ttl_s, 600);
+  sources.environment = {{"LATENTGATE_BILLING_IDEMPOTENCY_TTL_S", "0"}};
+  auto bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("billing.idempotency_ttl_s"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace lg
