@@ -32,6 +32,7 @@
 #include "engine/backend_factory.h"
 #include "engine/model/presets.h"
 #include "proxy/billing_api.h"
+#include "proxy/blocking_pool.h"
 #include "proxy/budget_api.h"
 #include "proxy/dashboard.h"
 #include "proxy/gateway.h"
@@ -201,7 +202,10 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
                                         static_cast<uint64_t>((*backend)->latentLayout().blockBytes())};
   proxy::Dashboard dashboard(**ledger, **keys, *admin, budgets.get(), &gateway.rateLimiter(),
                              proxy::DashboardMemorySources{scheduler->get(), cache->index.get(), memory_facts});
+  // The admin API's synced writes and scans wait here, not on an I/O thread.
+  proxy::BlockingPool blocking_pool;
   proxy::Router router;
+  router.setBlockingPool(&blocking_pool);
   proxy::addHealthRoutes(router, [] { return proxy::Readiness{true, ""}; });
   gateway.addRoutes(router);
   billing_api.addRoutes(router);

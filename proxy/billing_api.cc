@@ -61,15 +61,22 @@ BillingApi::BillingApi(billing::Ledger& ledger, billing::PriceBook& prices, bill
     : ledger_(ledger), prices_(prices), keys_(keys), admin_(admin), budgets_(budgets) {}
 
 void BillingApi::addRoutes(Router& router) {
-  router.add("PUT", "/admin/pricing", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { putPricing(r, e); });
+  router.add("PUT", "/admin/pricing", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { putPricing(r, e); },
+             Runs::kBlocking);
   router.add("GET", "/admin/pricing", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { getPricing(r, e); });
-  router.add("GET", "/admin/usage", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { usage(r, e, false); });
-  router.add("GET", "/admin/usage.csv", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { usage(r, e, true); });
-  router.add("GET", "/admin/ledger", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { ledgerEntries(r, e); });
-  router.add("GET", "/admin/ledger/verify", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { verify(r, e); });
+  router.add("GET", "/admin/usage", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { usage(r, e, false); },
+             Runs::kBlocking);
+  router.add("GET", "/admin/usage.csv", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { usage(r, e, true); },
+             Runs::kBlocking);
+  router.add("GET", "/admin/ledger", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { ledgerEntries(r, e); },
+             Runs::kBlocking);
+  router.add("GET", "/admin/ledger/verify", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { verify(r, e); },
+             Runs::kBlocking);
   router.add("GET", "/admin/ledger/stats", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { stats(r, e); });
-  router.add("GET", "/v1/usage", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { keyUsage(r, e); });
-  router.add("GET", "/user/balance", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { balance(r, e); });
+  router.add("GET", "/v1/usage", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { keyUsage(r, e); },
+             Runs::kBlocking);
+  router.add("GET", "/user/balance", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { balance(r, e); },
+             Runs::kBlocking);
 }
 
 bool BillingApi::isAdmin(Exchange& exchange) const { return requireAdminKey(exchange, admin_); }

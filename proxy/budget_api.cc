@@ -48,9 +48,13 @@ json budgetStatusJson(const billing::BudgetStatus& b) {
 }
 
 void BudgetApi::addRoutes(Router& router) {
-  router.add("GET", "/admin/budgets", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { list(r, e); });
+  // Blocking: the list reads spending from the ledger's counters, PUT and
+  // DELETE write the store synced.
+  router.add("GET", "/admin/budgets", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { list(r, e); },
+             Runs::kBlocking);
   for (const char* method : {"GET", "PUT", "DELETE"}) {
-    router.addPrefix(method, std::string(kPrefix), [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { one(r, e); });
+    router.addPrefix(method, std::string(kPrefix), [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { one(r, e); },
+                     Runs::kBlocking);
   }
 }
 

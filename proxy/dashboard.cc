@@ -173,7 +173,8 @@ void Dashboard::addRoutes(Router& router) {
   router.add("POST", "/dashboard/session", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { signIn(r, e); });
   router.add("GET", "/dashboard/session", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { session(r, e); });
   router.add("DELETE", "/dashboard/session", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { signOut(r, e); });
-  router.add("GET", "/dashboard/api/overview", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { overview(r, e); });
+  router.add("GET", "/dashboard/api/overview", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { overview(r, e); },
+             Runs::kBlocking);  // counters and a bounded reverse scan of the ledger
 }
 
 void Dashboard::asset(const HttpRequest&, std::shared_ptr<Exchange> exchange, const lg_embedded_file& file) {

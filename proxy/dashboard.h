@@ -19,9 +19,10 @@
 // key that signs in is in no URL, page, cookie or storage: the session is a
 // random token (dashboard_sessions.h).
 //
-// Thread-safety: routes may run on every I/O thread at once. Queries read
-// RocksDB on the I/O thread (hours x groups counters, and a reverse scan of
-// at most `recent_max_examined` entries).
+// Thread-safety: routes may run on every thread at once. The overview reads
+// RocksDB (hours x groups counters, and a reverse scan of at most
+// `recent_max_examined` entries), so it runs on the blocking pool
+// (blocking_pool.h), not on an I/O thread.
 #pragma once
 
 #include <cstdint>

@@ -156,12 +156,15 @@ void Gateway::addRoutes(Router& router) {
   router.add("POST", "/v1/completions", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { completions(r, e); });
   router.add("POST", "/v1/responses", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { responses(r, e); });
   router.addPrefix("GET", "/v1/responses/", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { getResponse(r, e); });
-  router.addPrefix("DELETE", "/v1/responses/", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { deleteResponse(r, e); });
+  router.addPrefix("DELETE", "/v1/responses/", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { deleteResponse(r, e); },
+                   Runs::kBlocking);  // a synced delete
   router.add("GET", "/v1/models", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { models(r, e); });
   router.add("GET", "/models", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { models(r, e); });
-  router.add("POST", "/admin/keys", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { createKey(r, e); });
+  router.add("POST", "/admin/keys", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { createKey(r, e); },
+             Runs::kBlocking);  // a synced write
   router.add("GET", "/admin/keys", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { listKeys(r, e); });
-  router.addPrefix("DELETE", "/admin/keys/", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { deleteKey(r, e); });
+  router.addPrefix("DELETE", "/admin/keys/", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { deleteKey(r, e); },
+                   Runs::kBlocking);  // a synced write
 }
 
 std::optional<billing::Principal> Gateway::authenticate(Exchange& exchange) const {

@@ -6,7 +6,8 @@
 // Threads: `io_threads` threads run one io_context; each connection runs on
 // its own strand, so its reads, writes, timers and the Exchange calls posted
 // to it never run concurrently, and no lock is held on the I/O path. Nothing
-// on these threads blocks: handlers hand slow work (generation) elsewhere and
+// on these threads blocks: handlers hand slow work elsewhere (generation to
+// the engine thread, disk waits to the blocking pool: blocking_pool.h) and
 // answer through the Exchange from any thread.
 //
 // Limits and timeouts (HttpServerOptions): header bytes (431), body bytes

@@ -1,15 +1,16 @@
 #include "proxy/router.h"
 
+#include "proxy/blocking_pool.h"
 #include "proxy/openai_error.h"
 
 namespace lg::proxy {
 
-void Router::add(std::string method, std::string path, Handler handler) {
-  routes_.push_back(Route{std::move(method), std::move(path), false, std::move(handler)});
+void Router::add(std::string method, std::string path, Handler handler, Runs runs) {
+  routes_.push_back(Route{std::move(method), std::move(path), false, std::move(handler), runs});
 }
 
-void Router::addPrefix(std::string method, std::string prefix, Handler handler) {
-  routes_.push_back(Route{std::move(method), std::move(prefix), true, std::move(handler)});
+void Router::addPrefix(std::string method, std::string prefix, Handler handler, Runs runs) {
+  routes_.push_back(Route{std::move(method), std::move(prefix), true, std::move(handler), runs});
 }
 
 const Router::Route* Router::bestPath(std::string_view path) const {
@@ -35,8 +36,12 @@ void Router::handle(const HttpRequest& request, std::shared_ptr<Exchange> exchan
   std::string allow;
   for (const Route& r : routes_) {
     if (r.prefix != best->prefix || r.path != best->path) continue;
-    if (r.method == request.method) return r.handler(request, std::move(exchange));
-    allow += (allow.empty() ? "" : ", ") + r.method;
+    if (r.method != request.method) {
+      allow += (allow.empty() ? "" : ", ") + r.method;
+      continue;
+    }
+    if (r.runs == Runs::kBlocking && blocking_pool_ != nullptr) return blocking_pool_->run(r.handler, std::move(exchange));
+    return r.handler(request, std::move(exchange));
   }
   respondWithApiError(*exchange, methodNotAllowedError(request.method, request.path), HttpHeaders{{"allow", allow}});
 }

@@ -7,10 +7,16 @@
 // Paths are matched as sent (no percent-decoding, no dot-segment removal):
 // a route matches only the canonical spelling of its path.
 //
-// Thread-safety: add routes before the server starts; handle() is then
-// read-only and may run on every I/O thread at once.
+// A route that waits on the disk (a synced write, a scan) is added with
+// Runs::kBlocking: handle() passes it to the BlockingPool
+// (blocking_pool.h) instead of calling it on the I/O thread. Without a pool
+// (setBlockingPool not called: unit tests of routes, tools) it runs inline.
+//
+// Thread-safety: add routes (and set the pool) before the server starts;
+// handle() is then read-only and may run on every I/O thread at once.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,10 +25,20 @@
 
 namespace lg::proxy {
 
+class BlockingPool;
+
+// Where a route's handler runs.
+enum class Runs : uint8_t {
+  kOnIoThread,  // at once, on the connection's I/O thread: must not block
+  kBlocking,    // on the BlockingPool: may wait for the disk
+};
+
 class Router {
  public:
-  void add(std::string method, std::string path, Handler handler);
-  void addPrefix(std::string method, std::string prefix, Handler handler);
+  void add(std::string method, std::string path, Handler handler, Runs runs = Runs::kOnIoThread);
+  void addPrefix(std::string method, std::string prefix, Handler handler, Runs runs = Runs::kOnIoThread);
+  // The pool for Runs::kBlocking routes; it must outlive the server.
+  void setBlockingPool(BlockingPool* pool) { blocking_pool_ = pool; }
 
   void handle(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
 
@@ -46,12 +62,14 @@ class Router {
     std::string path;
     bool prefix = false;
     Handler handler;
+    Runs runs = Runs::kOnIoThread;
   };
   // The route whose path matches best (exact, else the longest prefix),
   // whatever its method; null: none.
   const Route* bestPath(std::string_view path) const;
 
   std::vector<Route> routes_;
+  BlockingPool* blocking_pool_ = nullptr;
 };
 
 }  // namespace lg::proxy

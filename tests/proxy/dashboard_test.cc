@@ -27,6 +27,7 @@
 #include "billing/prices.h"
 #include "billing/prompt_fingerprint.h"
 #include "proxy/billing_api.h"
+#include "proxy/blocking_pool.h"
 #include "proxy/http_server.h"
 #include "proxy/tls_material.h"
 #include "tests/support/subprocess.h"
@@ -173,6 +174,7 @@ class DashboardTest : public ::testing::Test {
                                              DashboardMemorySources{&scheduler_, &cache_, MemoryFacts{123'456, 1000}},
                                              options);
     billing_api_ = std::make_unique<BillingApi>(*ledger_, *prices_, *keys_, *admin_, &budgets_);
+    router_.setBlockingPool(&blocking_pool_);
     dashboard_->addRoutes(router_);
     billing_api_->addRoutes(router_);
 
@@ -293,6 +295,7 @@ class DashboardTest : public ::testing::Test {
   TlsMaterial tls_;
   std::unique_ptr<Dashboard> dashboard_;
   std::unique_ptr<BillingApi> billing_api_;
+  BlockingPool blocking_pool_;  // as in `latentgate serve`: the admin routes run on it
   Router router_;
   std::unique_ptr<HttpServer> server_;
   int entries_ = 0;

@@ -30,6 +30,7 @@
 #include "config/config.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/presets.h"
+#include "proxy/blocking_pool.h"
 #include "proxy/health_routes.h"
 #include "proxy/http_server.h"
 #include "proxy/openai/chat_request.h"
@@ -216,6 +217,7 @@ class GatewayTest : public ::testing::Test {
     for (const cache::SharedGrant& g : *grants) po.namespaces.push_back(g.shared);
     publisher_ = std::make_unique<SharedPrefixPublisher>(po, *scheduler_, *cache_, *encoder_, *admin_);
     addHealthRoutes(router_, [] { return Readiness{true, ""}; });
+    router_.setBlockingPool(&blocking_pool_);
     gateway_->addRoutes(router_);
     publisher_->addRoutes(router_);
 
@@ -367,6 +369,7 @@ class GatewayTest : public ::testing::Test {
   std::unique_ptr<openai::PromptEncoder> encoder_;
   std::unique_ptr<Gateway> gateway_;
   std::unique_ptr<SharedPrefixPublisher> publisher_;
+  BlockingPool blocking_pool_;  // as in `latentgate serve`: the admin routes run on it
   Router router_;
   HttpServerOptions server_options_;
   std::unique_ptr<HttpServer> server_;

@@ -20,6 +20,7 @@
 #include "cache/fingerprint.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/presets.h"
+#include "proxy/blocking_pool.h"
 #include "proxy/gateway.h"
 #include "proxy/health_routes.h"
 #include "proxy/http_server.h"
@@ -137,6 +138,7 @@ class MetricsServerTest : public ::testing::Test {
     encoder_ = std::make_unique<openai::PromptEncoder>(*chat_template_, *tokenizer_);
     gateway_ = std::make_unique<Gateway>(go, *scheduler_, *tokenizer_, *encoder_, *keys_, *admin_);
     addHealthRoutes(router_, [] { return Readiness{true, ""}; });
+    router_.setBlockingPool(&blocking_pool_);
     gateway_->addRoutes(router_);
     auto access = metricsAccess(*admin_, kMetricsToken);
     ASSERT_TRUE(access.isOk()) << access.status().toString();
@@ -245,6 +247,7 @@ class MetricsServerTest : public ::testing::Test {
   std::string key_;
   std::unique_ptr<openai::PromptEncoder> encoder_;
   std::unique_ptr<Gateway> gateway_;
+  BlockingPool blocking_pool_;  // as in `latentgate serve`: the admin routes run on it
   Router router_;
   std::unique_ptr<RequestMetrics> requests_;
   std::unique_ptr<HttpServer> server_;
