@@ -9,7 +9,10 @@
 #             keep-alive TLS connections, with a budget on every key (so each
 #             request also reserves and settles, as billed requests do).
 # Usage: scripts/bench-billing.sh [ledger] [overhead]   (default: both)
-# Env: LG_BUILD_DIR (build/), LG_BENCH_DIR (/var/tmp), SECONDS_EACH (10).
+# Env: LG_BUILD_DIR (build/), LG_BENCH_DIR (/var/tmp), SECONDS_EACH (10),
+# LG_BENCH_TMP (/tmp): the server's data directory for overhead; /dev/shm
+# (tmpfs, where an fsync costs nothing) separates billing's own work from the
+# disk's.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${LG_BUILD_DIR:-$root/build}

@@ -10,7 +10,8 @@
 #             off (cache.enabled=false): TTFT and throughput through HTTP.
 # Usage: scripts/bench-gateway.sh [models] [overhead] [agent]   (default: all)
 # Env: LG_BUILD_DIR (build/), LG_BENCH_MODEL (the bench preset, made in
-# /tmp/lg-bench if missing), ROUNDS (3), SECONDS_EACH (10).
+# /tmp/lg-bench if missing), ROUNDS (3), SECONDS_EACH (10), LG_BENCH_TMP (/tmp:
+# where the servers' data directories go; /dev/shm puts the ledger on tmpfs).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${LG_BUILD_DIR:-$root/build}
@@ -20,7 +21,7 @@ rounds=${ROUNDS:-3}
 secs=${SECONDS_EACH:-10}
 what=${*:-models overhead agent}
 command -v wrk >/dev/null && command -v nginx >/dev/null || LG_EXTRA_PACKAGES="wrk nginx-light" "$root/scripts/install-deps.sh"
-work=$(mktemp -d /tmp/lg-bench-gateway-XXXXXX)
+work=$(mktemp -d "${LG_BENCH_TMP:-/tmp}/lg-bench-gateway-XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
