@@ -13,11 +13,13 @@
 //   GET  /v1/usage             its usage (?from=&to=&granularity=) and its budget (null without one)
 //   GET  /user/balance         DeepSeek's shape
 //
-// Queries read RocksDB on the I/O thread that received them: point reads and
-// range scans of the hourly counters (hours x groups rows); /admin/ledger and
-// /admin/ledger/verify scan entries and are for operators, not hot paths.
+// Queries read RocksDB (point reads and range scans of the hourly counters:
+// hours x groups rows; /admin/ledger and /admin/ledger/verify scan entries
+// and are for operators, not hot paths), and PUT /admin/pricing waits for its
+// fsync, so those routes run on the blocking pool (blocking_pool.h), not on
+// an I/O thread.
 //
-// Thread-safety: routes may run on every I/O thread at once.
+// Thread-safety: routes may run on every thread at once.
 #pragma once
 
 #include <memory>
