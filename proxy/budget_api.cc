@@ -48,8 +48,8 @@ json budgetStatusJson(const billing::BudgetStatus& b) {
 }
 
 void BudgetApi::addRoutes(Router& router) {
-  // Blocking: the list reads spending from the ledger's counters, PUT and
-  // DELETE write the store synced.
+  // On the blocking pool: PUT and DELETE wait for a synced write, and the
+  // list walks every key, which is work in proportion to the keys.
   router.add("GET", "/admin/budgets", [this](const HttpRequest& r, std::shared_ptr<Exchange> e) { list(r, e); },
              Runs::kBlocking);
   for (const char* method : {"GET", "PUT", "DELETE"}) {
