@@ -30,7 +30,7 @@
 #include "proxy/blocking_pool.h"
 #include "proxy/http_server.h"
 #include "proxy/tls_material.h"
-#include "tests/support/subprocess.h"
+#include "tests/proxy/curl_client.h"
 #include "tests/support/temp_dir.h"
 
 namespace lg::proxy {
@@ -46,22 +46,7 @@ int64_t realNowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-struct Reply {
-  int status = 0;
-  std::string head;
-  std::string body;
-  // The first header field `name` (case-insensitive).
-  std::optional<std::string> header(std::string_view name) const {
-    std::istringstream lines(head);
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      const size_t colon = line.find(':');
-      if (colon == std::string::npos || !equalsIgnoreCase(std::string_view(line).substr(0, colon), name)) continue;
-      return line.substr(colon + 2);
-    }
-    return std::nullopt;
-  }
+struct Reply : testing::CurlReply {
   json parsed() const { return json::parse(body, nullptr, false); }
 };
 
@@ -221,22 +206,7 @@ class DashboardTest : public ::testing::Test {
   }
 
   Reply curl(const std::string& method, const std::string& path, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {"/usr/bin/curl", "-sS", "--max-time", "60", "--cacert", tls_.ca_cert_path,
-                                     "-i",            "-X",  method,       "-w",  "\n%{http_code}"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    argv.push_back("https://127.0.0.1:" + std::to_string(server_->port()) + path);
-    test::ProcessResult r = test::runProcess(argv, "");
-    Reply reply;
-    const size_t nl = r.out.rfind('\n');
-    if (r.exit_code != 0 || nl == std::string::npos) {
-      ADD_FAILURE() << "curl " << method << " " << path << ": exit " << r.exit_code << ": " << r.err;
-      return reply;
-    }
-    reply.status = std::atoi(r.out.c_str() + nl + 1);
-    const std::string_view rest = std::string_view(r.out).substr(0, nl);
-    const size_t end = rest.find("\r\n\r\n");
-    reply.head = std::string(rest.substr(0, end));
-    reply.body = end == std::string_view::npos ? "" : std::string(rest.substr(end + 4));
+    Reply reply{testing::curlOverTls(tls_.ca_cert_path, server_->port(), method, path, extra, 60)};
     seen_ += reply.head + "\n" + reply.body + "\n";
     return reply;
   }

@@ -36,8 +36,8 @@
 #include "proxy/openai/chat_request.h"
 #include "proxy/shared_prefixes.h"
 #include "proxy/tls_material.h"
+#include "tests/proxy/curl_client.h"
 #include "tests/proxy/test_client.h"
-#include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "text/chat/chat_template.h"
 
@@ -66,18 +66,7 @@ struct SuiteModel {
 SuiteModel* suite_model = nullptr;
 
 // What a client reads back.
-struct Reply {
-  int status = 0;
-  std::string head;  // status line and header fields
-  std::string body;
-
-  std::optional<std::string> header(std::string_view name) const {
-    const std::string key = "\r\n" + std::string(name) + ": ";
-    const size_t at = head.find(key);
-    if (at == std::string::npos) return std::nullopt;
-    const size_t from = at + key.size();
-    return head.substr(from, head.find("\r\n", from) - from);
-  }
+struct Reply : testing::CurlReply {
   json error() const {
     json j = json::parse(body, nullptr, false);
     return j.is_object() && j.contains("error") ? j["error"] : json();
@@ -257,25 +246,7 @@ class GatewayTest : public ::testing::Test {
   // curl with the CA; the reply's head, body and status. `extra` comes
   // before the URL. Expect: 100-continue is off unless `extra` sets it.
   Reply curl(const std::string& method, const std::string& path, std::vector<std::string> extra) const {
-    std::vector<std::string> argv = {"/usr/bin/curl", "-sS",  "--max-time", "120", "--cacert", tls_.ca_cert_path,
-                                     "-i",            "-X",   method,       "-H",  "Expect:",  "-w",
-                                     "\n%{http_code}"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    argv.push_back(url(path));
-    test::ProcessResult r = test::runProcess(argv, "");
-    Reply reply;
-    const size_t nl = r.out.rfind('\n');
-    if (r.exit_code != 0 || nl == std::string::npos) {
-      ADD_FAILURE() << "curl " << method << " " << path << ": exit " << r.exit_code << ": " << r.err;
-      return reply;
-    }
-    reply.status = std::atoi(r.out.c_str() + nl + 1);
-    std::string_view rest = std::string_view(r.out).substr(0, nl);
-    while (rest.starts_with("HTTP/1.1 100")) rest.remove_prefix(rest.find("\r\n\r\n") + 4);
-    const size_t end = rest.find("\r\n\r\n");
-    reply.head = std::string(rest.substr(0, end));
-    reply.body = end == std::string_view::npos ? "" : std::string(rest.substr(end + 4));
-    return reply;
+    return {testing::curlOverTls(tls_.ca_cert_path, server_->port(), method, path, extra, 120)};
   }
 
   Reply post(const std::string& path, const std::string& body, const std::optional<std::string>& key) const {

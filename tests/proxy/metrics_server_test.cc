@@ -27,6 +27,7 @@
 #include "proxy/metrics.h"
 #include "proxy/request_metrics.h"
 #include "proxy/tls_material.h"
+#include "tests/proxy/curl_client.h"
 #include "tests/proxy/test_client.h"
 #include "tests/support/prometheus_text.h"
 #include "tests/support/subprocess.h"
@@ -46,18 +47,7 @@ constexpr int kBlockTokens = 16;
 constexpr const char* kModel = "demo";
 constexpr const char* kMetricsToken = "a-metrics-token-for-the-scraper-0123";
 
-struct Reply {
-  int status = 0;
-  std::string head;
-  std::string body;
-  std::optional<std::string> header(std::string_view name) const {
-    const std::string key = "\r\n" + std::string(name) + ": ";
-    const size_t at = head.find(key);
-    if (at == std::string::npos) return std::nullopt;
-    const size_t from = at + key.size();
-    return head.substr(from, head.find("\r\n", from) - from);
-  }
-};
+using Reply = testing::CurlReply;
 
 std::string errorsOf(const PromText& p) {
   std::string out;
@@ -172,23 +162,7 @@ class MetricsServerTest : public ::testing::Test {
   }
 
   Reply curl(const std::string& method, const std::string& path, std::vector<std::string> extra) const {
-    std::vector<std::string> argv = {"/usr/bin/curl", "-sS", "--max-time", "120", "--cacert", tls_.ca_cert_path,
-                                     "-i",            "-X",  method,       "-w",  "\n%{http_code}"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    argv.push_back("https://127.0.0.1:" + std::to_string(server_->port()) + path);
-    test::ProcessResult r = test::runProcess(argv, "");
-    Reply reply;
-    const size_t nl = r.out.rfind('\n');
-    if (r.exit_code != 0 || nl == std::string::npos) {
-      ADD_FAILURE() << "curl " << method << " " << path << ": exit " << r.exit_code << ": " << r.err;
-      return reply;
-    }
-    reply.status = std::atoi(r.out.c_str() + nl + 1);
-    const std::string_view rest = std::string_view(r.out).substr(0, nl);
-    const size_t end = rest.find("\r\n\r\n");
-    reply.head = std::string(rest.substr(0, end));
-    reply.body = end == std::string_view::npos ? "" : std::string(rest.substr(end + 4));
-    return reply;
+    return testing::curlOverTls(tls_.ca_cert_path, server_->port(), method, path, extra, 120);
   }
   Reply post(const std::string& path, const json& body, const std::optional<std::string>& key) const {
     std::vector<std::string> extra = {"-H", "content-type: application/json", "--data-binary", body.dump()};
