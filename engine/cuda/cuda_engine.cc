@@ -31,6 +31,19 @@ Status sized(DeviceBuffer& b, int64_t count) {
 
 #define LG_LAUNCH(expr, what) LG_CUDA_RETURN_IF_ERROR((expr), (what))
 
+// Where `layer`'s latents are in the pool, in the fields that the latent
+// store's and the attention's parameters both name the same way.
+template <typename Params>
+void setPoolFields(Params& p, const DeviceLatentPool& pool, int layer, int64_t kv_lora, int64_t latent_dim) {
+  p.pool = pool.data();
+  p.pool_bf16 = pool.layout().dtype == LatentDType::kBF16;
+  p.block_values = static_cast<int64_t>(pool.layout().blockValues());
+  p.layer = layer;
+  p.block_tokens = pool.layout().block_tokens;
+  p.kv_lora = static_cast<int32_t>(kv_lora);
+  p.latent_dim = static_cast<int32_t>(latent_dim);
+}
+
 }  // namespace
 
 kernels::MoeRoutingParams moeRoutingParams(const ModelConfig& c) {
@@ -212,13 +225,7 @@ Status CudaEngine::attention(const Plan& d, int layer, int64_t T) {
     p.half = c_.qk_rope_head_dim / 2;
     p.write_block = d.write_block;
     p.write_slot = d.write_slot;
-    p.pool = pool_.data();
-    p.pool_bf16 = pool_.layout().dtype == LatentDType::kBF16;
-    p.block_values = static_cast<int64_t>(pool_.layout().blockValues());
-    p.layer = layer;
-    p.block_tokens = pool_.layout().block_tokens;
-    p.kv_lora = static_cast<int32_t>(kv);
-    p.latent_dim = static_cast<int32_t>(D);
+    setPoolFields(p, pool_, layer, kv, D);
     p.tokens = static_cast<int32_t>(T);
     LG_LAUNCH(kernels::launchLatentStore(p, s), "latent store");
   }
@@ -255,13 +262,7 @@ Status CudaEngine::attention(const Plan& d, int layer, int64_t T) {
   }
   ap.q_bf16 = tensor_cores ? q_cat_bf16_.get<__nv_bfloat16>() : nullptr;
   ap.out = o_lat_.get<__nv_bfloat16>();
-  ap.pool = pool_.data();
-  ap.pool_bf16 = pool_.layout().dtype == LatentDType::kBF16;
-  ap.block_values = static_cast<int64_t>(pool_.layout().blockValues());
-  ap.layer = layer;
-  ap.block_tokens = pool_.layout().block_tokens;
-  ap.kv_lora = static_cast<int32_t>(kv);
-  ap.latent_dim = static_cast<int32_t>(D);
+  setPoolFields(ap, pool_, layer, kv, D);
   ap.block_tables = d.block_tables;
   ap.max_blocks = d.max_blocks;
   ap.query_sequence = d.sequence_of;
