@@ -10,6 +10,7 @@
 #include "proxy/budget_api.h"
 #include "proxy/gateway.h"
 #include "proxy/openai/api_error.h"
+#include "proxy/openai/sse.h"  // jsonText
 #include "proxy/proxy_log.h"
 
 namespace lg::proxy {
@@ -20,15 +21,10 @@ using nlohmann::json;
 
 constexpr int64_t kUsPerS = 1'000'000;
 
-HttpHeaders jsonHeaders() { return {{"content-type", "application/json"}}; }
-
-std::string dumped(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 int64_t nowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
 
 // The CSV columns after the group's own, in countersJson's order.
 constexpr std::string_view kCounterColumns[] = {
@@ -123,7 +119,7 @@ void BillingApi::putPricing(const HttpRequest& request, std::shared_ptr<Exchange
     return respondWithApiError(*exchange, openai::internalError());
   }
   proxyLog()->info("admin scheduled prices version {} effective {}", version->version, isoTime(effective / kUsPerS));
-  exchange->respond(200, jsonHeaders(), dumped(versionJson(*version)));
+  exchange->respond(200, jsonHeaders(), openai::jsonText(versionJson(*version)));
 }
 
 void BillingApi::getPricing(const HttpRequest&, std::shared_ptr<Exchange> exchange) {
@@ -134,7 +130,7 @@ void BillingApi::getPricing(const HttpRequest&, std::shared_ptr<Exchange> exchan
   json in_force = versionJson(now);
   if (now.version == 0) in_force["prices"] = json::object();  // the built-in defaults: DeepSeek's list
   exchange->respond(200, jsonHeaders(),
-                    dumped(json{{"object", "pricing"},
+                    openai::jsonText(json{{"object", "pricing"},
                                 {"unit", "USD per 1M tokens"},
                                 {"default", json{{"input_cache_hit", billing::usd(billing::kDeepSeekRates.input_cache_hit * 1'000'000)},
                                                  {"input_cache_miss", billing::usd(billing::kDeepSeekRates.input_cache_miss * 1'000'000)},
@@ -191,7 +187,7 @@ void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exc
     return exchange->respond(200, std::move(h), std::move(out));
   }
   exchange->respond(200, jsonHeaders(),
-                    dumped(json{{"object", "list"},
+                    openai::jsonText(json{{"object", "list"},
                                 {"group_by", query.group_by == billing::GroupBy::kNone ? json(nullptr)
                                                                                        : json(billing::groupByName(query.group_by))},
                                 {"granularity", granularityJson(query.granularity_s)},
@@ -215,7 +211,7 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
       return respondWithApiError(*exchange, openai::internalError());
     }
     if (*found) data.push_back(json::parse(billing::entryJson(**found)));
-    return exchange->respond(200, jsonHeaders(), dumped(json{{"object", "list"}, {"data", data}, {"has_more", false}}));
+    return exchange->respond(200, jsonHeaders(), openai::jsonText(json{{"object", "list"}, {"data", data}, {"has_more", false}}));
   }
   int64_t limit = 100;
   if (auto it = q.find("limit"); it != q.end()) {
@@ -264,7 +260,7 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
   }
   json out{{"object", "list"}, {"data", std::move(data)}, {"has_more", more}};
   if (more) out["next"] = next;
-  exchange->respond(200, jsonHeaders(), dumped(out));
+  exchange->respond(200, jsonHeaders(), openai::jsonText(out));
 }
 
 void BillingApi::verify(const HttpRequest&, std::shared_ptr<Exchange> exchange) {
@@ -275,7 +271,7 @@ void BillingApi::verify(const HttpRequest&, std::shared_ptr<Exchange> exchange) 
     return respondWithApiError(*exchange, openai::internalError());
   }
   exchange->respond(200, jsonHeaders(),
-                    dumped(json{{"ok", report->ok()},
+                    openai::jsonText(json{{"ok", report->ok()},
                                 {"entries", report->entries},
                                 {"aggregate_keys", report->aggregate_keys},
                                 {"mismatches", report->mismatches}}));
@@ -289,7 +285,7 @@ void BillingApi::stats(const HttpRequest&, std::shared_ptr<Exchange> exchange) {
                 {"p50", h.quantile(0.5)}, {"p90", h.quantile(0.9)}, {"p99", h.quantile(0.99)}, {"max", h.max}};
   };
   exchange->respond(200, jsonHeaders(),
-                    dumped(json{{"entries", st.entries}, {"batches", st.batches}, {"failed", st.failed},
+                    openai::jsonText(json{{"entries", st.entries}, {"batches", st.batches}, {"failed", st.failed},
                                 {"commit_ms", hist(st.commit_ms)}, {"batch_size", hist(st.batch_size)}}));
 }
 
@@ -323,7 +319,7 @@ void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> 
     }
   }
   exchange->respond(200, jsonHeaders(),
-                    dumped(json{{"object", "usage"},
+                    openai::jsonText(json{{"object", "usage"},
                                 {"key_id", who->key_id},
                                 {"team", who->team},
                                 {"from", usageFromS(query)},
@@ -349,7 +345,7 @@ void BillingApi::balance(const HttpRequest&, std::shared_ptr<Exchange> exchange)
     }
   }
   exchange->respond(200, jsonHeaders(),
-                    dumped(json{{"is_available", available},
+                    openai::jsonText(json{{"is_available", available},
                                 {"balance_infos", json::array({json{{"currency", "USD"},
                                                                     {"total_balance", balance},
                                                                     {"granted_balance", "0.00"},

@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "proxy/gateway.h"  // requireAdminKey
 #include "proxy/openai/api_error.h"
+#include "proxy/openai/sse.h"  // jsonText
 #include "proxy/openai_error.h"
 #include "proxy/proxy_log.h"
 
@@ -19,9 +20,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kPrefix = "/admin/budgets/";
-
-HttpHeaders jsonHeaders() { return {{"content-type", "application/json"}}; }
-std::string dumped(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 int64_t nowS() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -83,7 +81,7 @@ void BudgetApi::list(const HttpRequest&, std::shared_ptr<Exchange> exchange) {
   }
   for (const std::string& t : teams) add(billing::BudgetScope::kTeam, t, t);
   exchange->respond(200, jsonHeaders(),
-                    dumped(json{{"object", "list"},
+                    openai::jsonText(json{{"object", "list"},
                                 {"defaults", {{"key", json::parse(budgetToJson(budgets_.defaults().key_default))},
                                               {"team", json::parse(budgetToJson(budgets_.defaults().team_default))}}},
                                 {"data", std::move(data)}}));
@@ -140,7 +138,7 @@ void BudgetApi::one(const HttpRequest& request, std::shared_ptr<Exchange> exchan
   if (scope == billing::BudgetScope::kKey) out["team"] = team;
   auto st = budgets_.statusOf(scope, id, nowS());
   out["status"] = st ? budgetStatusJson(*st) : json(nullptr);
-  exchange->respond(200, jsonHeaders(), dumped(out));
+  exchange->respond(200, jsonHeaders(), openai::jsonText(out));
 }
 
 }  // namespace lg::proxy

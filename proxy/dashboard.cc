@@ -11,6 +11,7 @@
 #include "billing/prices.h"
 #include "proxy/budget_api.h"
 #include "proxy/openai/api_error.h"
+#include "proxy/openai/sse.h"  // jsonText
 #include "proxy/openai_error.h"
 #include "proxy/proxy_log.h"
 #include "proxy/usage_json.h"
@@ -34,8 +35,6 @@ constexpr size_t kMaxSignInBody = 8192;
 constexpr std::string_view kContentSecurityPolicy =
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
-
-std::string dumped(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string_view contentTypeOf(std::string_view name) {
   if (name.ends_with(".html")) return "text/html; charset=utf-8";
@@ -233,7 +232,7 @@ void Dashboard::signIn(const HttpRequest& request, std::shared_ptr<Exchange> exc
   HttpHeaders h = dashboardHeaders("application/json");
   h.add("set-cookie", sessionCookie(*token, options_.session_ttl_s));
   exchange->respond(200, std::move(h),
-                    dumped(json{{"object", "dashboard.session"},
+                    openai::jsonText(json{{"object", "dashboard.session"},
                                 {"viewer", viewerJson(viewer)},
                                 {"expires_at", (now + sessions_.ttlUs()) / kUsPerS}}));
 }
@@ -243,7 +242,7 @@ void Dashboard::signOut(const HttpRequest& request, std::shared_ptr<Exchange> ex
   const bool removed = token && sessions_.remove(*token);
   HttpHeaders h = dashboardHeaders("application/json");
   h.add("set-cookie", sessionCookie("", 0));  // the browser forgets it either way
-  exchange->respond(200, std::move(h), dumped(json{{"object", "dashboard.session"}, {"deleted", removed}}));
+  exchange->respond(200, std::move(h), openai::jsonText(json{{"object", "dashboard.session"}, {"deleted", removed}}));
 }
 
 void Dashboard::session(const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
@@ -256,7 +255,7 @@ void Dashboard::session(const HttpRequest& request, std::shared_ptr<Exchange> ex
     out["viewer"] = viewerJson(found->viewer);
     out["expires_at"] = found->expires_us / kUsPerS;
   }
-  exchange->respond(200, dashboardHeaders("application/json"), dumped(out));
+  exchange->respond(200, dashboardHeaders("application/json"), openai::jsonText(out));
 }
 
 std::optional<DashboardViewer> Dashboard::viewerOf(Exchange& exchange) {
@@ -543,7 +542,7 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
         {"scheduler", {{"queued", s.queued}, {"looking_up", s.looking_up}, {"prefilling", s.prefilling},
                        {"decoding", s.decoding}}}};
   }
-  return dumped(out);
+  return openai::jsonText(out);
 }
 
 }  // namespace lg::proxy

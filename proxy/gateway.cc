@@ -30,8 +30,6 @@ using nlohmann::json;
 
 constexpr std::string_view kSse = "text/event-stream";
 
-HttpHeaders jsonHeaders() { return {{"content-type", "application/json"}}; }
-
 HttpHeaders sseHeaders() {
   return {{"content-type", std::string(kSse)}, {"cache-control", "no-cache"}, {"x-accel-buffering", "no"}};
 }
@@ -177,6 +175,8 @@ std::optional<billing::Principal> Gateway::authenticate(Exchange& exchange) cons
 }
 
 bool Gateway::authenticateAdmin(Exchange& exchange) const { return requireAdminKey(exchange, admin_); }
+
+HttpHeaders jsonHeaders() { return {{"content-type", "application/json"}}; }
 
 bool requireAdminKey(Exchange& exchange, const billing::AdminKey& admin) {
   const auto header = exchange.request().headers.get("authorization");

@@ -124,6 +124,9 @@ class Gateway {
 // otherwise answers 401 and returns false. For every admin route.
 bool requireAdminKey(Exchange& exchange, const billing::AdminKey& admin);
 
+// content-type: application/json, for the JSON answers of the API routes.
+HttpHeaders jsonHeaders();
+
 // "queue;dur=1.200, cache;dur=0.300, prefill;dur=40.100, ttft;dur=41.700,
 // decode;dur=220.500, total;dur=262.200" (milliseconds; total: submit to the
 // final event, the engine's share of what the client waited), then
