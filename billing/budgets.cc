@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 
+#include "common/unix_time.h"
 #include "config/config.h"
 
 namespace lg::billing {
@@ -314,8 +315,7 @@ void Budgets::collect(metrics::ExpositionWriter& w) const {
   // many have a budget, how many reached its soft limit, and how many have
   // spent all of it.
   std::array<std::array<int64_t, 3>, 2> counts{};
-  const int64_t now_s =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now_s = lg::unixSeconds();  // qualified: unixSeconds(date) above hides it
   {
     std::lock_guard lock(mu_);
     for (BudgetScope scope : {BudgetScope::kKey, BudgetScope::kTeam}) {

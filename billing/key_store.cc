@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <filesystem>
 #include <mutex>
 
@@ -16,6 +15,7 @@
 #include "cache/namespace.h"
 #include "common/file_util.h"
 #include "common/hex.h"
+#include "common/unix_time.h"
 
 namespace lg::billing {
 
@@ -100,8 +100,7 @@ Result<std::pair<ApiKeyInfo, std::string>> KeyStore::create(std::string_view tea
   info.id = "key_" + hexLower(id_bytes);
   info.team = std::string(team);
   info.name = std::string(name);
-  info.created_unix =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  info.created_unix = unixSeconds();
   info.hint = key.substr(0, 7) + "...";
   const std::string hash_hex = hexLower(sha256Raw(key));
   LG_RETURN_IF_ERROR(db_.write({{std::string(kKeyPrefix) + info.id, toJson(info, hash_hex).dump()}}));

@@ -12,6 +12,7 @@
 
 #include "common/hex.h"
 #include "common/logging.h"
+#include "common/unix_time.h"
 
 namespace lg::billing {
 
@@ -450,9 +451,7 @@ LedgerStats Ledger::stats() const {
 // ----------------------------------------------------------- idempotency
 
 int64_t Ledger::nowUs() const {
-  if (options_.now_us) return options_.now_us();
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return options_.now_us ? options_.now_us() : unixMicros();
 }
 
 bool Ledger::expired(const IdempotencyRecord& record) const {

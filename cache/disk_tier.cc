@@ -21,6 +21,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "cache/cache_log.h"
+#include "common/unix_time.h"
 
 namespace lg::cache {
 namespace {
@@ -44,18 +45,11 @@ constexpr uint64_t kReclaimMinBytes = uint64_t{1} << 20;
 // still over the cap does a second one rewrite all of them.
 constexpr double kReclaimFirstAgeCutoff = 0.5;
 
-int64_t unixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // Access stamps are microseconds since the epoch, made strictly increasing so
 // that LRU order is exact even for blocks touched within the same microsecond.
 int64_t nextStamp() {
   static std::atomic<int64_t> last{0};
-  const int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now = unixMicros();
   int64_t prev = last.load(std::memory_order_relaxed);
   int64_t next;
   do {
@@ -249,7 +243,7 @@ std::vector<AsideStore> listCorruptStores(const std::string& path) {
 
 // A name PATH.corrupt-<now> that does not exist yet.
 std::string asideName(const std::string& path) {
-  const std::string base = path + ".corrupt-" + std::to_string(unixNow());
+  const std::string base = path + ".corrupt-" + std::to_string(unixSeconds());
   std::string name = base;
   std::error_code ec;
   for (int n = 1; fs::exists(fs::symlink_status(name, ec)); ++n) name = base + "-" + std::to_string(n);
@@ -490,7 +484,7 @@ void DiskTier::closeDbLocked() { closeDetached(detachLocked()); }
 
 void DiskTier::pruneCorruptStores(bool all) {
   const std::vector<AsideStore> stores = listCorruptStores(options_.path);
-  const int64_t now = unixNow();
+  const int64_t now = unixSeconds();
   const size_t keep_from = stores.size() > kKeptCorruptStores ? stores.size() - kKeptCorruptStores : 0;
   std::vector<std::string> kept;
   uint64_t bytes = 0;

@@ -28,6 +28,7 @@
 #include "cli/prefix_cache_setup.h"
 #include "cli/terminal_progress.h"
 #include "common/metrics.h"
+#include "common/unix_time.h"
 #include "engine/backend_config.h"
 #include "engine/backend_factory.h"
 #include "engine/model/presets.h"
@@ -142,8 +143,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   // Prices (billing.prices, recorded as a new version when they changed) and
   // the ledger; the ledger outlives the scheduler's engine thread and the
   // server, whose final deliveries run in its commit callbacks.
-  const int64_t now_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now_us = unixMicros();
   auto prices = billing::PriceBook::open(**billing_db, billing::PriceTable::fromSetting(config.billing.prices), now_us);
   if (!prices.isOk()) return fail("prices", prices.status());
   auto fingerprints = billing::SystemPromptFingerprinter::open(**billing_db);

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
+#include "common/unix_time.h"
 #include "proxy/budget_api.h"
 #include "proxy/gateway.h"
 #include "proxy/openai/api_error.h"
@@ -20,11 +20,6 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kUsPerS = 1'000'000;
-
-int64_t nowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The CSV columns after the group's own, in countersJson's order.
 constexpr std::string_view kCounterColumns[] = {
@@ -93,7 +88,7 @@ void BillingApi::putPricing(const HttpRequest& request, std::shared_ptr<Exchange
   }
   auto table = billing::parsePriceTableJson(body["prices"].dump(), "prices");
   if (!table.isOk()) return respondWithApiError(*exchange, badParam("prices", table.status().message()));
-  const int64_t now = nowUs();
+  const int64_t now = unixMicros();
   int64_t effective = now;
   if (body.contains("effective_at") && !body["effective_at"].is_null()) {
     const json& at = body["effective_at"];
@@ -126,7 +121,7 @@ void BillingApi::getPricing(const HttpRequest&, std::shared_ptr<Exchange> exchan
   if (!isAdmin(*exchange)) return;
   json history = json::array();
   for (const billing::PriceVersion& v : prices_.history()) history.push_back(versionJson(v));
-  const billing::PriceVersion now = prices_.inForce(nowUs());
+  const billing::PriceVersion now = prices_.inForce(unixMicros());
   json in_force = versionJson(now);
   if (now.version == 0) in_force["prices"] = json::object();  // the built-in defaults: DeepSeek's list
   exchange->respond(200, jsonHeaders(),
@@ -314,7 +309,7 @@ void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> 
   }
   json budget = nullptr;
   if (budgets_ != nullptr) {
-    if (auto b = budgets_->budgetOf(*who, nowUs() / kUsPerS)) {
+    if (auto b = budgets_->budgetOf(*who, unixMicros() / kUsPerS)) {
       budget = budgetStatusJson(*b);
     }
   }
@@ -339,7 +334,7 @@ void BillingApi::balance(const HttpRequest&, std::shared_ptr<Exchange> exchange)
   bool available = true;
   std::string balance = "0.00";
   if (budgets_ != nullptr) {
-    if (auto b = budgets_->budgetOf(*who, nowUs() / kUsPerS)) {
+    if (auto b = budgets_->budgetOf(*who, unixMicros() / kUsPerS)) {
       available = b->remaining() > 0;
       balance = billing::usdCents(std::max<Int128>(b->remaining(), 0));
     }

@@ -1,11 +1,11 @@
 #include "proxy/budget_api.h"
 
-#include <chrono>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "cache/namespace.h"
+#include "common/unix_time.h"
 #include "config/config.h"
 #include "proxy/gateway.h"  // requireAdminKey
 #include "proxy/openai/api_error.h"
@@ -20,10 +20,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kPrefix = "/admin/budgets/";
-
-int64_t nowS() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 openai::ApiError notFound(std::string message) {
   openai::ApiError e = openai::invalidRequest("", "budget_not_found", std::move(message));
@@ -58,7 +54,7 @@ void BudgetApi::addRoutes(Router& router) {
 
 void BudgetApi::list(const HttpRequest&, std::shared_ptr<Exchange> exchange) {
   if (!requireAdminKey(*exchange, admin_)) return;
-  const int64_t now = nowS();
+  const int64_t now = unixSeconds();
   json data = json::array();
   auto add = [&](billing::BudgetScope scope, const std::string& id, const std::string& team) {
     const billing::Budgets::Assigned a = budgets_.effective(scope, id);
@@ -136,7 +132,7 @@ void BudgetApi::one(const HttpRequest& request, std::shared_ptr<Exchange> exchan
   json out{{"object", "budget"}, {"scope", billing::budgetScopeName(scope)}, {"id", id},
            {"source", a.is_default ? "default" : "own"}, {"budget", json::parse(budgetToJson(a.budget))}};
   if (scope == billing::BudgetScope::kKey) out["team"] = team;
-  auto st = budgets_.statusOf(scope, id, nowS());
+  auto st = budgets_.statusOf(scope, id, unixSeconds());
   out["status"] = st ? budgetStatusJson(*st) : json(nullptr);
   exchange->respond(200, jsonHeaders(), openai::jsonText(out));
 }

@@ -1,7 +1,6 @@
 #include "proxy/dashboard.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <set>
 #include <tuple>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "billing/prices.h"
+#include "common/unix_time.h"
 #include "proxy/budget_api.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/sse.h"  // jsonText
@@ -153,9 +153,7 @@ Dashboard::Dashboard(billing::Ledger& ledger, billing::KeyStore& keys, const bil
       sessions_(options_.max_sessions, options_.session_ttl_s * kUsPerS) {}
 
 int64_t Dashboard::nowUs() const {
-  if (options_.clock_us) return options_.clock_us();
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return options_.clock_us ? options_.clock_us() : unixMicros();
 }
 
 void Dashboard::addRoutes(Router& router) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/unix_time.h"
 #include "proxy/openai/chat_request.h"
 #include "proxy/openai/chat_response.h"
 #include "proxy/openai/completion_request.h"
@@ -38,10 +39,6 @@ std::string joined(const std::vector<std::string>& items) {
   std::string out;
   for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
   return out;
-}
-
-int64_t unixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // The headers every generation response carries: what the request asked for
@@ -261,7 +258,7 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
                                       1, &answered);
   if (answered) return;
   if (billed) ro.cost = billed->costHook();
-  ro.meta.created = unixNow();
+  ro.meta.created = unixSeconds();
   ro.meta.model = parsed->model;
   ro.stream = parsed->stream;
   ro.include_usage = parsed->include_usage;
@@ -313,7 +310,7 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
                                       billingInfo(ro.meta.id, parsed->model, "", parsed->stream), n, &answered);
   if (answered) return;
   if (billed) ro.cost = billed->costHook();
-  ro.meta.created = unixNow();
+  ro.meta.created = unixSeconds();
   ro.meta.model = parsed->model;
   ro.stream = parsed->stream;
   ro.include_usage = parsed->include_usage;
@@ -478,7 +475,7 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
                                       1, &answered);
   if (answered) return;
   if (billed) ro.cost = billed->costHook();
-  ro.meta.created = unixNow();
+  ro.meta.created = unixSeconds();
   ro.meta.model = parsed->model;
   ro.stream = parsed->stream;
   ro.echo = parsed->echo;

@@ -1,21 +1,16 @@
 #include "proxy/request_billing.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include <nlohmann/json.hpp>
 
+#include "common/unix_time.h"
 #include "proxy/gateway.h"
 #include "proxy/proxy_log.h"
 
 namespace lg::proxy {
 
 namespace {
-
-int64_t unixMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string_view roleName(openai::Role role) { return role == openai::Role::kSystem ? "system" : "developer"; }
 

@@ -1,8 +1,9 @@
 #include "proxy/response_store.h"
 
 #include <charconv>
-#include <chrono>
 #include <cstdio>
+
+#include "common/unix_time.h"
 
 namespace lg::proxy {
 
@@ -67,9 +68,7 @@ ResponseStore::ResponseStore(billing::BillingDb& db, ResponseStoreOptions option
     : db_(db), options_(std::move(options)) {}
 
 int64_t ResponseStore::now() const {
-  if (options_.now) return options_.now();
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return options_.now ? options_.now() : unixSeconds();
 }
 
 Status ResponseStore::record(std::string_view owner, bool store, const json& input, const json& response) {

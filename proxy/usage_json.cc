@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 
 #include "billing/prices.h"
+#include "common/unix_time.h"
 #include "proxy/openai/api_error.h"
 
 namespace lg::proxy {
@@ -91,8 +91,7 @@ std::string isoTime(int64_t unix_s) {
 }
 
 std::optional<ApiError> parseUsageRange(const std::map<std::string, std::string>& q, billing::UsageQuery& out) {
-  const int64_t now_s =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now_s = unixSeconds();
   out.from_s = 0;
   out.to_s = now_s + 3600;
   for (const char* name : {"from", "to"}) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/unix_time.h"
 #include "proxy/openai/ids.h"
 #include "proxy/openai/logprobs.h"
 #include "proxy/openai/sse.h"

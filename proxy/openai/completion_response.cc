@@ -1,5 +1,6 @@
 #include "proxy/openai/completion_response.h"
 
+#include "common/unix_time.h"
 #include "common/utf8.h"
 #include "proxy/openai/ids.h"
 #include "proxy/openai/sse.h"

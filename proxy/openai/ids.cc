@@ -1,6 +1,5 @@
 #include "proxy/openai/ids.h"
 
-#include <chrono>
 #include <random>
 
 namespace lg::proxy::openai {
@@ -17,11 +16,6 @@ std::string newId(std::string_view prefix, size_t random_chars) {
   std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
   for (size_t i = 0; i < random_chars; ++i) id.push_back(kAlphabet[pick(rng)]);
   return id;
-}
-
-int64_t unixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace lg::proxy::openai

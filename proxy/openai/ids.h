@@ -13,7 +13,4 @@ namespace lg::proxy::openai {
 // generator seeded from std::random_device: unique in practice, not secret.
 std::string newId(std::string_view prefix, size_t random_chars = 24);
 
-// Seconds since the Unix epoch (the `created` / `created_at` fields).
-int64_t unixSeconds();
-
 }  // namespace lg::proxy::openai
