@@ -116,6 +116,8 @@ void addCounters(Counters& into, const Counters& more);
 inline Int128 costTotal(const Counters& c) {
   return static_cast<Int128>(c[kCostHit]) + c[kCostMiss] + c[kCostOutput];
 }
+// What the cache saved: the hit tokens at the miss rate, less what they cost.
+inline Int128 cacheSavings(const Counters& c) { return static_cast<Int128>(c[kHitAtMissPrice]) - c[kCostHit]; }
 
 // The aggregate keys an entry adds its counters to.
 std::vector<std::string> aggregateKeys(const LedgerEntry& entry);

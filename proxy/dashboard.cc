@@ -74,10 +74,6 @@ json limitStateJson(const billing::RateLimitState& s) {
 // A budget as /v1/usage and /admin/budgets show it; null: none applies.
 json budgetOrNull(const std::optional<billing::BudgetStatus>& b) { return b ? budgetStatusJson(*b) : json(nullptr); }
 
-Int128 savingsOf(const billing::Counters& c) {
-  return static_cast<Int128>(c[billing::kHitAtMissPrice]) - c[billing::kCostHit];
-}
-
 template <class T, class TeamOf>
 size_t dropOthers(std::vector<T>& items, std::string_view team, std::string_view what, TeamOf team_of) {
   size_t dropped = 0;
@@ -460,8 +456,8 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
   LG_ASSIGN_OR_RETURN(auto sp_rows, rowsOf(sp_q, "system prompt row"));
   std::erase_if(sp_rows, [](const billing::UsageRow& r) { return r.group.empty(); });
   std::sort(sp_rows.begin(), sp_rows.end(), [](const billing::UsageRow& a, const billing::UsageRow& b) {
-    return std::make_tuple(savingsOf(b.counters), b.counters[billing::kRequests], a.team, a.group) <
-           std::make_tuple(savingsOf(a.counters), a.counters[billing::kRequests], b.team, b.group);
+    return std::make_tuple(billing::cacheSavings(b.counters), b.counters[billing::kRequests], a.team, a.group) <
+           std::make_tuple(billing::cacheSavings(a.counters), a.counters[billing::kRequests], b.team, b.group);
   });
   out["system_prompt_count"] = sp_rows.size();
   if (sp_rows.size() > options_.top_system_prompts) sp_rows.resize(options_.top_system_prompts);

@@ -35,7 +35,7 @@ json countersJson(const billing::Counters& c, json out) {
   out["cost_input_cache_miss"] = usd(c[kCostMiss]);
   out["cost_output"] = usd(c[kCostOutput]);
   out["cost_total"] = usd(costTotal(c));
-  out["cache_savings"] = usd(static_cast<Int128>(c[kHitAtMissPrice]) - c[kCostHit]);
+  out["cache_savings"] = usd(cacheSavings(c));
   return out;
 }
 
