@@ -29,7 +29,8 @@ std::chrono::year_month_day civilDay(int64_t t_s) {
   return year_month_day{floor<days>(sys_seconds{seconds{t_s}})};
 }
 
-int64_t unixSeconds(std::chrono::year_month_day d) {
+// The Unix time of midnight UTC at the start of `d`.
+int64_t midnightOf(std::chrono::year_month_day d) {
   using namespace std::chrono;
   return sys_seconds{sys_days{d}}.time_since_epoch().count();
 }
@@ -47,7 +48,7 @@ int64_t budgetPeriodStart(BudgetPeriodSetting period, int64_t t_s) {
     case BudgetPeriodSetting::kDay: return floorDiv(t_s, kDayS) * kDayS;
     case BudgetPeriodSetting::kMonth: {
       const auto d = civilDay(t_s);
-      return unixSeconds(d.year() / d.month() / 1);
+      return midnightOf(d.year() / d.month() / 1);
     }
     case BudgetPeriodSetting::kTotal: break;
   }
@@ -59,7 +60,7 @@ int64_t budgetPeriodEnd(BudgetPeriodSetting period, int64_t t_s) {
     case BudgetPeriodSetting::kDay: return budgetPeriodStart(period, t_s) + kDayS;
     case BudgetPeriodSetting::kMonth: {
       const auto d = civilDay(t_s);
-      return unixSeconds(std::chrono::year_month_day(d.year() / d.month() / 1) + std::chrono::months{1});
+      return midnightOf(std::chrono::year_month_day(d.year() / d.month() / 1) + std::chrono::months{1});
     }
     case BudgetPeriodSetting::kTotal: break;
   }
@@ -315,7 +316,7 @@ void Budgets::collect(metrics::ExpositionWriter& w) const {
   // many have a budget, how many reached its soft limit, and how many have
   // spent all of it.
   std::array<std::array<int64_t, 3>, 2> counts{};
-  const int64_t now_s = lg::unixSeconds();  // qualified: unixSeconds(date) above hides it
+  const int64_t now_s = unixSeconds();
   {
     std::lock_guard lock(mu_);
     for (BudgetScope scope : {BudgetScope::kKey, BudgetScope::kTeam}) {
