@@ -467,6 +467,35 @@ TEST(LedgerTest, RecordsWrittenBeforeExpiryAreIndexedAtOpenAndSweptInTheBackgrou
   EXPECT_EQ(countKeys(**db, "led/idemt/"), 0u);
 }
 
+TEST(LedgerTest, DamagedIdempotencyDataIsNeverServedAndIsSweptAway) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  const std::string hash = idempotencyKeyHash("damaged");
+  const std::string record_key = "led/idem/key_a/" + hash;
+  // A record that is not JSON, with no time key (as before expiry existed),
+  // and a time key that names no record.
+  ASSERT_TRUE((*db)->write({{record_key, "{not json"}, {"led/idemt/0000000000000001/no-hash", ""}}).isOk());
+  // At first a clock before one TTL has passed since the epoch, so that the
+  // committer's own first sweep finds nothing expired.
+  std::atomic<int64_t> now{0};
+  LedgerOptions options;
+  options.now_us = [&] { return now.load(); };
+  auto ledger = Ledger::open(**db, options);
+  ASSERT_TRUE(ledger.isOk()) << ledger.status().toString();
+  // Not served: the claim fails rather than replaying or reusing the key.
+  auto claim = (*ledger)->claim("key_a", hash);
+  ASSERT_FALSE(claim.isOk());
+  EXPECT_EQ(claim.status().code(), StatusCode::kDataLoss);
+  // Indexed as made at time 0: the first sweep after one TTL deletes it and
+  // the stray time key.
+  now = kT0;
+  EXPECT_EQ(*(*ledger)->expireIdempotencyRecords(256), 2u);
+  EXPECT_FALSE((*db)->get(record_key)->has_value());
+  EXPECT_EQ(countKeys(**db, "led/idemt/"), 0u);
+  EXPECT_EQ((*ledger)->claim("key_a", hash)->state, Ledger::ClaimState::kClaimed);
+}
+
 TEST(LedgerTest, UsageByGroupAndPeriod) {
   test::TempDir dir;
   auto db = BillingDb::open(dir.file("billing"));
