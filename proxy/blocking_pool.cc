@@ -6,7 +6,6 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "proxy/openai_error.h"
-#include "proxy/proxy_log.h"
 
 namespace lg::proxy {
 
@@ -23,18 +22,8 @@ void BlockingPool::run(const Handler& handler, std::shared_ptr<Exchange> exchang
   }
   // A copy of the handler: a job may still run after the router is gone
   // (the destructor runs what is queued), never after what it points to.
-  boost::asio::post(*pool_, [this, handler, exchange = std::move(exchange)]() mutable {
-    // As on an I/O thread (connection.cc): a handler that throws answers 500
-    // and takes nothing else down.
-    try {
-      handler(exchange->request(), exchange);
-    } catch (const std::exception& e) {
-      proxyLog()->error("{}: the handler threw: {}", exchange->request().id, e.what());
-      respondWithApiError(*exchange, internalServerError());
-    } catch (...) {
-      proxyLog()->error("{}: the handler threw", exchange->request().id);
-      respondWithApiError(*exchange, internalServerError());
-    }
+  boost::asio::post(*pool_, [this, handler, exchange = std::move(exchange)] {
+    callHandler(handler, exchange);  // as on an I/O thread: a throw answers 500
     queued_.fetch_sub(1);
   });
 }

@@ -511,16 +511,9 @@ class Connection final : public ConnectionBase {
     pin_ = shared_from_this();  // the exchange's producer may be the only one left to drive it
     setDeadline(Deadline::kHandling, Clock::now() + server_.options.request_timeout);
     server_.counters.requests.fetch_add(1);
-    std::shared_ptr<ExchangeImpl> exchange = exchange_;
-    try {
-      server_.handler(exchange->request(), exchange);
-    } catch (const std::exception& e) {
-      proxyLog()->error("{}: the handler threw: {}", exchange->request().id, e.what());
-      respondWithApiError(*exchange, internalServerError());
-    } catch (...) {
-      proxyLog()->error("{}: the handler threw", exchange->request().id);
-      respondWithApiError(*exchange, internalServerError());
-    }
+    // A copy: a handler that responds at once may reset exchange_ under it.
+    std::shared_ptr<Exchange> exchange = exchange_;
+    callHandler(server_.handler, exchange);
   }
 
   // --- writing ------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "proxy/openai_error.h"
 
+#include "proxy/proxy_log.h"
+
 namespace lg::proxy {
 namespace {
 
@@ -19,6 +21,18 @@ ApiError make(int status, std::string type, std::string code, std::string messag
 }
 
 }  // namespace
+
+void callHandler(const Handler& handler, const std::shared_ptr<Exchange>& exchange) {
+  try {
+    handler(exchange->request(), exchange);
+  } catch (const std::exception& e) {
+    proxyLog()->error("{}: the handler threw: {}", exchange->request().id, e.what());
+    respondWithApiError(*exchange, internalServerError());
+  } catch (...) {
+    proxyLog()->error("{}: the handler threw", exchange->request().id);
+    respondWithApiError(*exchange, internalServerError());
+  }
+}
 
 HttpHeaders apiErrorHeaders(const ApiError& error) {
   HttpHeaders headers{{"content-type", "application/json"}};

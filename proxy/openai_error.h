@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,10 @@ namespace lg::proxy {
 HttpHeaders apiErrorHeaders(const ApiError& error);
 // Responds with the error; `extra` headers are added (Allow for a 405).
 void respondWithApiError(Exchange& exchange, const ApiError& error, HttpHeaders extra = {});
+// Calls handler(exchange->request(), exchange), on an I/O thread or a
+// blocking-pool one: a handler that throws is logged and answered 500, and
+// takes nothing else down.
+void callHandler(const Handler& handler, const std::shared_ptr<Exchange>& exchange);
 
 // The server's own errors.
 ApiError badRequestError(std::string message);                                  // 400
