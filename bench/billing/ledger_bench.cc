@@ -39,6 +39,7 @@
 #include "billing/billing_db.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
+#include "common/unix_time.h"
 
 namespace lg::billing {
 namespace {
@@ -87,8 +88,7 @@ LedgerEntry entryFor(int client, int64_t n) {
   e.requested_model = "deepseek-chat";
   e.endpoint = "/v1/chat/completions";
   e.system_prompt = "sp" + std::to_string(client % 8);
-  e.start_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-                   .count();
+  e.start_us = unixMicros();
   e.end_us = e.start_us + 250'000;
   e.ttft_us = 40'000;
   e.hit_tokens_tier0 = 1'536;

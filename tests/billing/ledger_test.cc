@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "billing/prompt_fingerprint.h"
+#include "common/unix_time.h"
 #include "tests/support/temp_dir.h"
 
 namespace lg::billing {
@@ -337,8 +338,7 @@ TEST(LedgerTest, IdempotencyKeysAreClaimedOnceAndRemembered) {
   r.content_type = "application/json";
   r.body = R"({"id":"chatcmpl-2"})";
   r.body_kept = true;
-  r.created_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                     std::chrono::system_clock::now().time_since_epoch()).count();
+  r.created_us = unixMicros();
   ASSERT_TRUE(commitAndWait(l, makeEntry(2), IdempotencyCommit{"key_a", hash, r}).isOk());
   auto done = l.claim("key_a", hash);
   ASSERT_TRUE(done.isOk());

@@ -26,6 +26,7 @@
 #include "billing/ledger.h"
 #include "billing/prices.h"
 #include "billing/prompt_fingerprint.h"
+#include "common/unix_time.h"
 #include "proxy/billing_api.h"
 #include "proxy/blocking_pool.h"
 #include "proxy/http_server.h"
@@ -41,10 +42,6 @@ using json = nlohmann::json;
 
 constexpr int64_t kUs = 1'000'000;
 constexpr const char* kSourceDir = LG_ASSETS_DIR "/..";
-
-int64_t realNowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 struct Reply : testing::CurlReply {
   json parsed() const { return json::parse(body, nullptr, false); }
@@ -116,7 +113,7 @@ class DashboardTest : public ::testing::Test {
       ids_[name] = created->first.id;
       secrets_[name] = created->second;
     }
-    auto prices = billing::PriceBook::open(*db_, billing::PriceTable{}, realNowUs());
+    auto prices = billing::PriceBook::open(*db_, billing::PriceTable{}, unixMicros());
     ASSERT_TRUE(prices.isOk()) << prices.status().toString();
     prices_ = std::move(prices).value();
     auto ledger = billing::Ledger::open(*db_);
@@ -128,7 +125,7 @@ class DashboardTest : public ::testing::Test {
 
     // Usage: alice and andy (team-a) with prompt A, bob (team-b) with prompt
     // B; one of alice's two days ago (in 7d, not in 24h); a refused one.
-    const int64_t now = realNowUs();
+    const int64_t now = unixMicros();
     commit("alice", kPromptA, now - 20 * 60 * kUs, 0, 900, 5);
     commit("alice", kPromptA, now - 10 * 60 * kUs, 896, 13, 4);
     commit("andy", kPromptA, now - 5 * 60 * kUs, 896, 20, 7);
@@ -634,7 +631,7 @@ TEST_F(DashboardTest, NoSecretInAnyPageOrAnswer) {
 TEST_F(DashboardTest, WithoutBudgetsLimitsOrAnEngineTheirSectionsSayNone) {
   // As serve wires it today: no BudgetView yet; a process without a scheduler has no memory picture.
   Dashboard bare(*ledger_, *keys_, *admin_, nullptr, nullptr, DashboardMemorySources{});
-  const int64_t now_s = realNowUs() / kUs;
+  const int64_t now_s = unixMicros() / kUs;
   auto body = bare.overviewJson(DashboardViewer{}, "24h", now_s - 86400, now_s + 3600, 3600);
   ASSERT_TRUE(body.isOk()) << body.status().toString();
   const json o = json::parse(*body);
