@@ -109,6 +109,16 @@ Result<BackendShape> resolveBackendShape(const ModelConfig& c, const BackendOpti
   return s;
 }
 
+void ForwardPlan::layOutLogitRows(int32_t vocab_size, ForwardOutput& out) const {
+  out.vocab_size = vocab_size;
+  out.first_row.clear();
+  out.num_rows.clear();
+  for (const PlannedSequence& s : sequences) {
+    out.first_row.push_back(s.first_logit_row);
+    out.num_rows.push_back(s.num_logit_rows);
+  }
+}
+
 Result<ForwardOutput> Backend::forward(const ForwardBatch& batch) {
   LG_ASSIGN_OR_RETURN(ForwardPlan plan,
                       planForward(batch, config(), latentLayout(), blocks(), maxContext(), maxBatchTokens()));

@@ -37,6 +37,9 @@ class ForwardPlan {
   std::vector<int64_t> logit_tokens;  // flat token indices whose logits are wanted, in output order
 
   int64_t numTokens() const { return static_cast<int64_t>(tokens.size()); }
+  // Where each sequence's logits rows lie in `out` (vocab_size, first_row,
+  // num_rows): the same for every backend; the logits themselves are its own.
+  void layOutLogitRows(int32_t vocab_size, ForwardOutput& out) const;
 };
 
 Result<ForwardPlan> planForward(const ForwardBatch& batch, const ModelConfig& config, const LatentLayout& layout,

@@ -338,13 +338,7 @@ Status CpuBackend::runLayers(const ForwardPlan& plan, ForwardOutput& out) {
     experts_touched_ += cpu::feedForward(pool_, c, l, a_.h.data(), T, x, a_.ffn, &linear_stats_);
   }
   const int64_t rows = static_cast<int64_t>(plan.logit_tokens.size());
-  out.vocab_size = c.vocab_size;
-  out.first_row.clear();
-  out.num_rows.clear();
-  for (const PlannedSequence& s : plan.sequences) {
-    out.first_row.push_back(s.first_logit_row);
-    out.num_rows.push_back(s.num_logit_rows);
-  }
+  plan.layOutLogitRows(c.vocab_size, out);
   out.logits.assign(static_cast<size_t>(rows * c.vocab_size), 0.0f);
   if (rows == 0) return Status::ok();
   float* fh = sized(a_.final_h, rows * hidden);

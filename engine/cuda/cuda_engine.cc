@@ -476,13 +476,7 @@ Status CudaEngine::run(const ForwardPlan& plan, ForwardOutput& out) {
     LG_RETURN_IF_ERROR(feedForward(d, layer, T));
   }
   const int64_t rows = d.logit_count;
-  out.vocab_size = c_.vocab_size;
-  out.first_row.clear();
-  out.num_rows.clear();
-  for (const PlannedSequence& sq : plan.sequences) {
-    out.first_row.push_back(sq.first_logit_row);
-    out.num_rows.push_back(sq.num_logit_rows);
-  }
+  plan.layOutLogitRows(c_.vocab_size, out);
   out.logits.clear();
   if (rows > 0) {
     LG_RETURN_IF_ERROR(rmsNorm(x_.get<float>(), hidden, weights_->finalNorm(), hidden, rows, h_.get<__nv_bfloat16>(),
