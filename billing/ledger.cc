@@ -450,12 +450,9 @@ LedgerStats Ledger::stats() const {
 
 // ----------------------------------------------------------- idempotency
 
-int64_t Ledger::nowUs() const {
-  return options_.now_us ? options_.now_us() : unixMicros();
-}
-
-bool Ledger::expired(const IdempotencyRecord& record) const {
-  return record.created_us <= nowUs() - options_.idempotency_ttl_s * 1'000'000;
+int64_t Ledger::expiryCutoffUs() const {
+  const int64_t now_us = options_.now_us ? options_.now_us() : unixMicros();
+  return now_us - options_.idempotency_ttl_s * 1'000'000;
 }
 
 Result<Ledger::Claim> Ledger::claim(const std::string& key_id, const std::string& key_hash) {
@@ -491,7 +488,7 @@ void Ledger::release(const std::string& key_id, const std::string& key_hash) {
 
 Result<size_t> Ledger::expireIdempotencyRecords(size_t max_records) {
   std::lock_guard write_lock(write_mu_);
-  const int64_t cutoff_us = nowUs() - options_.idempotency_ttl_s * 1'000'000;
+  const int64_t cutoff_us = expiryCutoffUs();
   if (cutoff_us < 0) return size_t{0};
   // Time keys up to and including the cutoff: [prefix, prefix + (cutoff + 1)).
   const std::string end = std::string(kIdempotencyTimePrefix) + padded(cutoff_us + 1, 16);

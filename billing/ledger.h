@@ -260,8 +260,9 @@ class Ledger {
   Ledger(BillingDb& db, LedgerOptions options);
   void run();
   void commitBatch(std::vector<Pending>& batch);
-  int64_t nowUs() const;
-  bool expired(const IdempotencyRecord& record) const;
+  // An idempotency record made at or before this time has expired.
+  int64_t expiryCutoffUs() const;
+  bool expired(const IdempotencyRecord& record) const { return record.created_us <= expiryCutoffUs(); }
   // Gives every record written before led/idemt/ existed its key, once.
   Status indexIdempotencyRecords();
 
