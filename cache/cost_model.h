@@ -17,7 +17,7 @@
 // model chooses restore (a restore is verified and falls back to recompute on
 // any failure, so the optimistic choice is safe). The state serializes to a
 // small string so a restarted process starts from the last process's figures
-// (the disk tier keeps it; prefix_cache.cc).
+// (the disk tier keeps it; prefix_cache_persist.cc).
 //
 // Thread-safety: all methods may be called concurrently (one internal mutex).
 #pragma once

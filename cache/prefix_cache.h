@@ -119,7 +119,7 @@ struct LookupOptions {
 };
 
 class PrefixCache;
-struct LeaseState;  // prefix_cache.cc
+struct LeaseState;  // prefix_cache_internal.h
 
 // One request's view of the cache. Move-only. Destroying it releases the
 // block references not taken and abandons claims not published (resuming
@@ -287,53 +287,70 @@ class PrefixCache final : public CacheMetricsSource {
 
   PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest& model, const PrefixCacheOptions& options);
 
-  // --- the index; every *Locked method needs mu_.
+  // The private methods, grouped by the file that implements them (the
+  // public ones are in the same files, by concern; docs/cache.md).
+
+  // --- prefix_cache.cc: the index and eviction; every *Locked method needs mu_.
   void touchLocked(Entry& e, const Digest& key);
   void insertReadyLocked(const Digest& key, Entry& e, engine::BlockId block);
   void eraseLocked(Index::iterator it);
   void dropIndexRefLocked(engine::BlockId block);
   bool pinnedLocked(engine::BlockId block) const;
+  // Drops the ready entries `matches` selects from the index, without writing
+  // them back; their index references go to `release`. Returns how many.
+  uint64_t dropReadyLocked(const std::function<bool(const Entry&)>& matches, std::vector<engine::BlockId>& release);
   // Picks victims: entries until `blocks_to_free` blocks would be freed, or
   // until the indexed bytes fit the budget (blocks_to_free < 0).
   std::vector<Victim> evictLocked(int32_t blocks_to_free, int32_t max_entries);
   // Exports victims to the write-back queue, then drops the index's references.
   void finishEviction(std::vector<Victim>& victims);
-  // Exports pinned blocks for write-through (the caller holds a reference).
-  void writeThrough(const std::vector<Victim>& blocks);
   int32_t reclaim(int32_t needed);  // returns the blocks freed
-  // Resumes the lookups waiting for `key` (it was published or abandoned).
-  void resumeWaitersLocked(const Digest& key);
-  // Takes a parked lookup out of waiters_ (its deadline passed, or it was dropped).
-  void unparkLocked(const StatePtr& st);
-  // Drops the ready entries `matches` selects from the index, without writing
-  // them back; their index references go to `release`. Returns how many.
-  uint64_t dropReadyLocked(const std::function<bool(const Entry&)>& matches, std::vector<engine::BlockId>& release);
 
-  // --- one lookup, as a sequence of steps that each run without blocking.
-  // Walks tier 0 from where the lookup stopped; registers a wait, starts a
-  // restore or finishes.
-  void advance(const StatePtr& st);
-  void onWaitDeadline(const std::weak_ptr<LeaseState>& weak);
-  void startRestore(const StatePtr& st, int32_t disk_end);
-  void restoreChunk(const std::shared_ptr<RestoreJob>& job, size_t chunk);
-  void finishRestore(const std::shared_ptr<RestoreJob>& job);
-  // Counts, touches and evicts, then makes the lease ready (or cleans up a
-  // cancelled one).
-  void finishLookup(const StatePtr& st);
+  // --- prefix_cache_lease.cc: the end of a lease.
   // Cancels a lease (from its destructor): cleans up now, or lets the step
   // in progress do it.
   void releaseLease(const StatePtr& st);
   void cleanUp(LeaseState& st);
   void abandonClaimsLocked(LeaseState& st);
 
+  // --- prefix_cache_lookup.cc: one lookup, as a sequence of steps that each
+  // run without blocking.
+  // Walks tier 0 from where the lookup stopped; registers a wait, starts a
+  // restore or finishes.
+  void advance(const StatePtr& st);
+  void onWaitDeadline(const std::weak_ptr<LeaseState>& weak);
+  // Counts, touches and evicts, then makes the lease ready (or cleans up a
+  // cancelled one).
+  void finishLookup(const StatePtr& st);
+  // Resumes the lookups waiting for `key` (it was published or abandoned).
+  void resumeWaitersLocked(const Digest& key);
+  // Takes a parked lookup out of waiters_ (its deadline passed, or it was dropped).
+  void unparkLocked(const StatePtr& st);
+
+  // --- prefix_cache_restore.cc: the restore step of a lookup.
+  void startRestore(const StatePtr& st, int32_t disk_end);
+  void restoreChunk(const std::shared_ptr<RestoreJob>& job, size_t chunk);
+  void finishRestore(const std::shared_ptr<RestoreJob>& job);
   std::unique_ptr<RestoreScratch> takeScratch();
   void returnScratch(std::unique_ptr<RestoreScratch> scratch);
+
+  // --- prefix_cache_publish.cc
   void publish(LeaseState& st, std::span<const engine::BlockId> blocks, int32_t filled_len);
-  void saveCostModel();
+  // Exports pinned blocks for write-through (the caller holds a reference).
+  void writeThrough(const std::vector<Victim>& blocks);
+
+  // --- prefix_cache_namespaces.cc
   Digest namespaceTag(const std::string& ns_key) const;
   Result<PurgeCounts> purgeTag(const Digest& tag);
+
+  // --- prefix_cache_identity.cc
   void checkIdentity();
   void markStale(const Status& why);
+
+  // --- prefix_cache_persist.cc: the cost model's state in the disk tier
+  // (nothing without one).
+  void loadCostModel();
+  void saveCostModel();
 
   engine::LatentPool& pool_;
   engine::BlockAllocator& allocator_;
