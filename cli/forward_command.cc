@@ -25,13 +25,12 @@
 #include "cache/model_fingerprint.h"
 #include "cache/prefix_cache.h"
 #include "cli/commands.h"
+#include "cli/engine_loader.h"
 #include "cli/global_flags.h"
 #include "cli/prefix_cache_setup.h"
 #include "common/file_util.h"
 #include "engine/backend_config.h"
-#include "engine/backend_factory.h"
 #include "engine/forward_runner.h"
-#include "cli/terminal_progress.h"
 #include "engine/model/safetensors.h"
 #include "engine/sequence_blocks.h"
 
@@ -124,28 +123,25 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
     std::cerr << "latentgate forward: " << ids.status().toString() << "\n";
     return 2;
   }
-  const auto t0 = Clock::now();
-  engine::ModelLoadOptions load_options;
-  load_options.prefetch = true;
-  load_options.progress = terminalLoadProgress("loading " + args.model_dir);
-  auto model = engine::Model::load(args.model_dir, load_options);
-  if (!model.isOk()) {
-    std::cerr << "latentgate forward: " << model.status().toString() << "\n";
-    return 2;
-  }
   engine::BackendOptions options = engine::backendOptions(*config);
   if (options.num_blocks == 0) {  // engine.pool_blocks unset: exactly what this sequence needs
     options.num_blocks = (static_cast<int64_t>(ids->size()) + options.block_tokens - 1) / options.block_tokens + 1;
   }
-  auto backend = engine::createBackend(config->engine.backend, std::move(model).value(), options);
-  if (!backend.isOk()) {
-    std::cerr << "latentgate forward: " << backend.status().toString() << "\n";
+  EngineLoadOptions load_options;
+  load_options.model_dir = args.model_dir;
+  load_options.tokenizer = false;  // the ids are given: config.json and the weights suffice
+  load_options.chat_template = false;
+  load_options.backend_options = options;
+  auto loaded = loadEngine(*config, load_options);
+  if (!loaded.isOk()) {
+    std::cerr << "latentgate forward: " << loaded.status().toString() << "\n";
     return 2;
   }
-  const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  engine::Backend& backend = *loaded->backend;
+  const double load_ms = loaded->load_ms;
   std::optional<OpenedCache> cache;
   if (!args.cache_dir.empty()) {
-    auto opened = openPrefixCache(*config, args.cache_dir, **backend);
+    auto opened = openPrefixCache(*config, args.cache_dir, backend);
     if (!opened.isOk()) {
       std::cerr << "latentgate forward: prefix cache: " << opened.status().toString() << "\n";
       return 2;
@@ -156,13 +152,13 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
   run_options.chunk = args.chunk;
   run_options.decode_from = args.decode_from;
   engine::ForwardRunStats stats;
-  engine::SequenceBlocks seq(**backend);
+  engine::SequenceBlocks seq(backend);
   cache::PrefixLease lease;
   if (cache) {
     lease = cache->index->acquire(*team, *ids);
     seq.adopt(lease.takeBlocks(), lease.cachedTokens());
   }
-  auto logits = engine::runForwardFrom(**backend, seq, *ids, run_options, &stats);
+  auto logits = engine::runForwardFrom(backend, seq, *ids, run_options, &stats);
   if (!logits.isOk()) {
     std::cerr << "latentgate forward: " << logits.status().toString() << "\n";
     return 1;
@@ -181,7 +177,7 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
     persist_ms = std::chrono::duration<double, std::milli>(Clock::now() - p0).count();
     if (!s.isOk()) std::cerr << "latentgate forward: prefix cache: " << s.toString() << " (continuing)\n";
   }
-  const int64_t vocab = (*backend)->config().vocab_size;
+  const int64_t vocab = backend.config().vocab_size;
   std::vector<engine::TensorToWrite> tensors(1);
   tensors[0].name = "logits";
   tensors[0].dtype = engine::DType::kF32;
@@ -205,7 +201,7 @@ int runForwardCommand(const GlobalFlags& flags, const ForwardArgs& args) {
       {"decode_ms", stats.decode_seconds * 1e3},
       {"prefill_tokens_per_s", stats.prefill_seconds > 0 ? prefill_tokens / stats.prefill_seconds : 0.0},
       {"decode_ms_per_token", stats.decode_steps > 0 ? stats.decode_seconds * 1e3 / stats.decode_steps : 0.0},
-      {"backend", std::string((*backend)->name())},
+      {"backend", std::string(backend.name())},
       {"latent_dtype", options.latent_dtype == engine::LatentDType::kBF16 ? "bf16" : "f32"},
       {"block_tokens", options.block_tokens},
   };

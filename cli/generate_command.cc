@@ -26,11 +26,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_loader.h"
 #include "cli/global_flags.h"
 #include "cli/prefix_cache_setup.h"
-#include "cli/terminal_progress.h"
-#include "engine/backend_config.h"
-#include "engine/backend_factory.h"
 #include "serving/scheduler.h"
 #include "serving/serving_config.h"
 #include "text/chat/chat_template.h"
@@ -150,40 +148,31 @@ int runGenerate(const GlobalFlags& flags, const GenerateArgs& args) {
     std::cerr << "latentgate generate: --namespace: " << team.status().message() << "\n";
     return 2;
   }
-  auto tokenizer = text::Tokenizer::loadFromDir(args.model_dir);
-  if (!tokenizer.isOk()) {
-    std::cerr << "latentgate generate: " << tokenizer.status().toString() << "\n";
+  EngineLoadOptions load_options;
+  load_options.model_dir = args.model_dir;
+  load_options.chat_template = false;  // loaded by the first "messages" line (Renderer)
+  auto loaded = loadEngine(*config, load_options);
+  if (!loaded.isOk()) {
+    std::cerr << "latentgate generate: " << loaded.status().toString() << "\n";
     return 2;
   }
-  engine::ModelLoadOptions load_options;
-  load_options.prefetch = true;
-  load_options.progress = terminalLoadProgress("loading " + args.model_dir);
-  auto model = engine::Model::load(args.model_dir, load_options);
-  if (!model.isOk()) {
-    std::cerr << "latentgate generate: " << model.status().toString() << "\n";
-    return 2;
-  }
-  auto backend = engine::createBackend(config->engine.backend, std::move(model).value(), engine::backendOptions(*config));
-  if (!backend.isOk()) {
-    std::cerr << "latentgate generate: " << backend.status().toString() << "\n";
-    return 2;
-  }
+  engine::Backend& backend = *loaded->backend;
   // Without --cache-dir the cache lives in the latent pool only, so that
   // requests sharing a prefix still compute it once.
-  auto cache = openPrefixCache(*config, args.cache_dir, **backend);
+  auto cache = openPrefixCache(*config, args.cache_dir, backend);
   if (!cache.isOk()) {
     std::cerr << "latentgate generate: prefix cache: " << cache.status().toString() << "\n";
     return 2;
   }
-  auto scheduler = serving::Scheduler::create(**backend, cache->index.get(), **tokenizer,
-                                              serving::schedulerOptions(*config, (*backend)->config()));
+  auto scheduler = serving::Scheduler::create(backend, cache->index.get(), *loaded->tokenizer,
+                                              serving::schedulerOptions(*config, backend.config()));
   if (!scheduler.isOk()) {
     std::cerr << "latentgate generate: " << scheduler.status().toString() << "\n";
     return 2;
   }
 
   // Read every line first: all requests are submitted together.
-  Renderer renderer{args.model_dir, **tokenizer, std::nullopt};
+  Renderer renderer{loaded->model_dir, *loaded->tokenizer, std::nullopt};
   serving::EventQueue events;
   std::map<uint64_t, size_t> index_of;  // request id -> input line index
   int exit_code = 0;
@@ -202,7 +191,7 @@ int runGenerate(const GlobalFlags& flags, const GenerateArgs& args) {
     }
     Result<std::vector<int32_t>> ids = renderer.promptIds(parsed);
     serving::GenerationRequest request(*team);
-    Status s = ids.isOk() ? readSampling(parsed, static_cast<int32_t>(ids->size()), (*backend)->maxContext(),
+    Status s = ids.isOk() ? readSampling(parsed, static_cast<int32_t>(ids->size()), backend.maxContext(),
                                          request.sampling)
                           : ids.status();
     if (!s.isOk()) {
