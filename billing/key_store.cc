@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cache/namespace.h"
 #include "common/file_util.h"
 #include "common/hex.h"
+#include "common/team_id.h"
 #include "common/unix_time.h"
 
 namespace lg::billing {
@@ -88,7 +88,7 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db) {
 }
 
 Result<std::pair<ApiKeyInfo, std::string>> KeyStore::create(std::string_view team, std::string_view name) {
-  if (auto ns = cache::TeamNamespace::ofTeam(team); !ns.isOk()) return ns.status();
+  LG_RETURN_IF_ERROR(checkTeamId(team));
   if (name.empty() || name.size() > 128 ||
       !std::all_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; })) {
     return invalidArgument("name: expected 1..128 printable characters");

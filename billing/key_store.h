@@ -27,7 +27,7 @@ namespace lg::billing {
 
 struct ApiKeyInfo {
   std::string id;    // "key_" + 16 hex digits: names the key in admin calls and usage
-  std::string team;  // a team id (cache/namespace.h rules)
+  std::string team;  // a team id (common/team_id.h)
   std::string name;  // the owner's label
   int64_t created_unix = 0;
   std::string hint;  // the key's first characters ("lg-AbCd..."), to tell keys apart
@@ -44,7 +44,7 @@ class KeyStore {
   // Loads every key of the store into memory. `db` must outlive the store.
   static Result<std::unique_ptr<KeyStore>> open(BillingDb& db);
 
-  // A new key for `team` (validated like a team namespace id) named `name`
+  // A new key for `team` (a valid team id, common/team_id.h) named `name`
   // (1..128 printable characters). Returns its info and the key itself, which
   // exists nowhere else afterwards.
   Result<std::pair<ApiKeyInfo, std::string>> create(std::string_view team, std::string_view name);

@@ -25,7 +25,8 @@ namespace lg::cache {
 
 class TeamNamespace {
  public:
-  // Ids are 1..128 characters of [A-Za-z0-9._-]; InvalidArgument otherwise.
+  // Ids follow the team-id rule (common/team_id.h: 1..128 characters of
+  // [A-Za-z0-9._-]); InvalidArgument otherwise.
   static Result<TeamNamespace> ofTeam(std::string_view team_id);
 
   const std::string& key() const { return key_; }  // what block keys chain over

@@ -15,6 +15,7 @@
 
 #include "common/decimal.h"
 #include "common/file_util.h"
+#include "common/team_id.h"
 
 extern char** environ;
 
@@ -217,15 +218,6 @@ Status parseGrants(const std::string& path, const json& value, SharedNamespaceGr
   }
   out = std::move(grants);
   return Status::ok();
-}
-
-// What the cache's namespace names and team ids allow (cache/namespace.h;
-// config/ cannot depend on cache/).
-bool validNamespaceName(std::string_view name) {
-  if (name.empty() || name.size() > 128) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-  });
 }
 
 // ----------------------------------------------------------- billing.prices
@@ -667,13 +659,14 @@ Status validateConfig(const Config& c) {
     return invalidArgument("cache.identity_check_seconds: expected 1..3600, got " +
                            std::to_string(c.cache.identity_check_seconds));
   }
+  // Shared namespace names follow the team-id rule too (cache/namespace.h).
   for (const auto& [name, teams] : c.cache.shared_namespaces) {
-    if (!validNamespaceName(name)) {
+    if (!validTeamId(name)) {
       return invalidArgument("cache.shared_namespaces: " + quoteValue(name) +
                              " is not a namespace name (1..128 of A-Z a-z 0-9 . _ -)");
     }
     for (const std::string& team : teams) {
-      if (!validNamespaceName(team)) {
+      if (!validTeamId(team)) {
         return invalidArgument("cache.shared_namespaces." + name + ": " + quoteValue(team) +
                                " is not a team id (1..128 of A-Z a-z 0-9 . _ -)");
       }

@@ -74,7 +74,7 @@ enum class FingerprintSetting : uint8_t { kSampled, kFull };
 
 // Shared cache namespaces (cache/namespace.h) and the teams granted each:
 // {"company": ["team-a", "team-b"]}. Names and team ids follow the team-id
-// rule (1..128 of [A-Za-z0-9._-]).
+// rule (common/team_id.h: 1..128 of [A-Za-z0-9._-]).
 using SharedNamespaceGrants = std::map<std::string, std::vector<std::string>>;
 
 // The prefix cache (cache/, docs/cache.md). Sizes are bytes; in a file or

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cache/namespace.h"
+#include "common/team_id.h"
 #include "common/unix_time.h"
 #include "config/config.h"
 #include "proxy/gateway.h"  // requireAdminKey
@@ -103,7 +103,7 @@ void BudgetApi::one(const HttpRequest& request, std::shared_ptr<Exchange> exchan
       if (k.id == id) team = k.team;
     }
     if (team.empty()) return respondWithApiError(*exchange, notFound("No API key with this id."));
-  } else if (!cache::TeamNamespace::ofTeam(id).isOk()) {
+  } else if (!validTeamId(id)) {
     return respondWithApiError(*exchange, openai::invalidRequest("team", "invalid_value",
                                                                  "A team id is 1..128 of A-Z a-z 0-9 . _ -"));
   }
