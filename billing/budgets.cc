@@ -5,10 +5,9 @@
 #include <set>
 #include <utility>
 
+#include "billing/settings_json.h"
 #include "common/logging.h"
-
 #include "common/unix_time.h"
-#include "config/config.h"
 
 namespace lg::billing {
 

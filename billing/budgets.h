@@ -57,9 +57,9 @@
 #include "billing/budget_view.h"
 #include "billing/key_store.h"
 #include "billing/ledger.h"
+#include "billing/settings.h"
 #include "common/metrics.h"
 #include "common/status.h"
-#include "config/options.h"
 
 namespace lg::billing {
 

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "billing/settings_json.h"
 #include "common/decimal.h"
-#include "config/config.h"
 
 namespace lg::billing {
 

@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "billing/billing_db.h"
+#include "billing/settings.h"
 #include "common/decimal.h"
 #include "common/status.h"
-#include "config/options.h"
 
 namespace lg::billing {
 

@@ -36,4 +36,11 @@ Status Status::withContext(std::string_view context) const {
   return Status(code_, std::move(m));
 }
 
+std::string quoteValue(std::string_view v) {
+  std::string out = "\"";
+  for (char c : v.substr(0, 200)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
+  if (v.size() > 200) out += "...";
+  return out + "\"";
+}
+
 }  // namespace lg

@@ -65,6 +65,12 @@ inline Status internalError(std::string m) { return {StatusCode::kInternal, std:
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status permissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 
+// A value as an error message quotes it: in double quotes, control
+// characters as '?', cut after 200 characters ("..."), so that a message
+// stays one bounded line whatever a file or request held. Only for values
+// that are no secrets (settings, field names, names of things).
+std::string quoteValue(std::string_view value);
+
 // Either a value or a non-OK Status.
 template <typename T>
 class [[nodiscard]] Result {

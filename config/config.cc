@@ -4,7 +4,6 @@
 #include <array>
 #include <cctype>
 #include <charconv>
-#include <cstdio>
 #include <limits>
 #include <span>
 #include <string_view>
@@ -13,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/decimal.h"
+#include "billing/settings_json.h"
 #include "common/file_util.h"
 #include "common/team_id.h"
 
@@ -36,7 +35,6 @@ constexpr std::array<std::string_view, 2> kBackendNames = {"cpu", "cuda"};
 constexpr std::array<std::string_view, 4> kStoredDTypeNames = {"pool", "f32", "bf16", "int8"};
 constexpr std::array<std::string_view, 3> kRestorePolicyNames = {"auto", "always", "never"};
 constexpr std::array<std::string_view, 2> kFingerprintNames = {"sampled", "full"};
-constexpr std::array<std::string_view, 3> kBudgetPeriodNames = {"day", "month", "total"};
 
 std::span<const std::string_view> enumNames(LogFormat) { return kLogFormatNames; }
 std::span<const std::string_view> enumNames(LatentDTypeSetting) { return kLatentDTypeNames; }
@@ -133,14 +131,6 @@ bool isSection(std::string_view path) {
   return false;
 }
 
-std::string quoteValue(std::string_view v) {
-  // Config values are not secrets, but keep errors one line and bounded.
-  std::string out = "\"";
-  for (char c : v.substr(0, 200)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
-  if (v.size() > 200) out += "...";
-  return out + "\"";
-}
-
 Status parseInt(const std::string& path, const std::string& text, int& out) {
   int v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -220,222 +210,16 @@ Status parseGrants(const std::string& path, const json& value, SharedNamespaceGr
   return Status::ok();
 }
 
-// ----------------------------------------------------------- billing.prices
-
-// $1,000 per 1M tokens: far above any list price, and low enough that a
-// request's cost (rate x tokens) can never overflow 64 bits.
-constexpr int64_t kMaxRate = 1'000'000'000;
-constexpr std::array<std::string_view, 3> kRateNames = {"input_cache_hit", "input_cache_miss", "output"};
-
-int64_t* rateField(PriceRatesSetting& r, size_t i) {
-  return i == 0 ? &r.input_cache_hit : i == 1 ? &r.input_cache_miss : &r.output;
-}
-int64_t rateValue(const PriceRatesSetting& r, size_t i) {
-  return i == 0 ? r.input_cache_hit : i == 1 ? r.input_cache_miss : r.output;
-}
-
-// USD per 1M tokens, exact: a decimal string, or an integer.
-Status parseRate(const std::string& path, const json& value, int64_t& out) {
-  if (value.is_number_unsigned()) {
-    if (value.get<uint64_t>() > static_cast<uint64_t>(kMaxRate / 1'000'000)) {
-      return invalidArgument(path + ": " + value.dump() + " is above $1000 per 1M tokens");
-    }
-    out = static_cast<int64_t>(value.get<uint64_t>()) * 1'000'000;
-    return Status::ok();
-  }
-  if (!value.is_string()) {
-    return invalidArgument(path + ": expected USD per 1M tokens as a decimal string such as \"0.028\" (exact; "
-                           "a JSON number with a fraction would be read as binary floating point), got " +
-                           value.dump());
-  }
-  auto parsed = parseFixedDecimal(value.get<std::string>(), 6, kMaxRate);
-  if (!parsed.isOk()) return invalidArgument(path + ": " + parsed.status().message() + " (USD per 1M tokens, at most 6 decimals, at most 1000)");
-  out = *parsed;
+// billing.prices and the budgets are read by billing's own codecs
+// (billing/settings_json.h), the ones its stored rows and the admin API use;
+// they take JSON text, so a file's value is written back out for them.
+Status readBillingSetting(const std::string& path, std::string_view json_text, PriceTableSetting& out) {
+  LG_ASSIGN_OR_RETURN(out, parsePriceTable(json_text, path));
   return Status::ok();
 }
-
-// "HH:MM", 00:00..24:00, as minutes after midnight.
-Status parseMinute(const std::string& path, const json& value, int& out) {
-  const std::string text = value.is_string() ? value.get<std::string>() : "";
-  const bool shaped = text.size() == 5 && text[2] == ':' && std::isdigit(static_cast<unsigned char>(text[0])) &&
-                      std::isdigit(static_cast<unsigned char>(text[1])) &&
-                      std::isdigit(static_cast<unsigned char>(text[3])) && std::isdigit(static_cast<unsigned char>(text[4]));
-  const int h = shaped ? (text[0] - '0') * 10 + (text[1] - '0') : -1;
-  const int m = shaped ? (text[3] - '0') * 10 + (text[4] - '0') : -1;
-  if (!shaped || m > 59 || h > 24 || (h == 24 && m != 0)) {
-    return invalidArgument(path + ": expected a UTC time \"HH:MM\" (00:00..24:00), got " + value.dump());
-  }
-  out = h * 60 + m;
+Status readBillingSetting(const std::string& path, std::string_view json_text, BudgetSetting& out) {
+  LG_ASSIGN_OR_RETURN(out, parseBudget(json_text, path));
   return Status::ok();
-}
-
-bool validPriceModel(std::string_view name) {
-  if (name == "*") return true;
-  if (name.empty() || name.size() > 128) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) { return c > 0x20 && c < 0x7f && c != '/' && c != '*'; });
-}
-
-Status parseModelPrices(const std::string& path, const json& value, ModelPriceSetting& out) {
-  if (!value.is_object()) {
-    return invalidArgument(path + R"(: expected {"input_cache_hit", "input_cache_miss", "output", "windows"}, got )" +
-                           value.dump());
-  }
-  ModelPriceSetting prices;
-  for (const auto& [name, v] : value.items()) {
-    if (name == "windows") continue;
-    if (std::find(kRateNames.begin(), kRateNames.end(), name) == kRateNames.end()) {
-      return invalidArgument(path + ": unknown field " + quoteValue(name) +
-                             " (expected input_cache_hit, input_cache_miss, output, windows)");
-    }
-  }
-  for (size_t i = 0; i < kRateNames.size(); ++i) {
-    const std::string name(kRateNames[i]);
-    if (!value.contains(name)) return invalidArgument(path + "." + name + ": missing (USD per 1M tokens)");
-    LG_RETURN_IF_ERROR(parseRate(path + "." + name, value[name], *rateField(prices.rates, i)));
-  }
-  if (value.contains("windows")) {
-    const json& windows = value["windows"];
-    if (!windows.is_array() || windows.size() > 24) {
-      return invalidArgument(path + ".windows: expected a list of at most 24 time windows, got " +
-                             windows.dump().substr(0, 200));
-    }
-    for (size_t w = 0; w < windows.size(); ++w) {
-      const std::string wpath = path + ".windows[" + std::to_string(w) + "]";
-      const json& win = windows[w];
-      if (!win.is_object()) return invalidArgument(wpath + R"(: expected {"start": "HH:MM", "end": "HH:MM", rates...})");
-      PriceWindowSetting window;
-      window.rates = prices.rates;  // rates the window does not name stay the model's
-      for (const auto& [name, v] : win.items()) {
-        if (name == "start" || name == "end") continue;
-        const auto it = std::find(kRateNames.begin(), kRateNames.end(), name);
-        if (it == kRateNames.end()) {
-          return invalidArgument(wpath + ": unknown field " + quoteValue(name) +
-                                 " (expected start, end, input_cache_hit, input_cache_miss, output)");
-        }
-        LG_RETURN_IF_ERROR(parseRate(wpath + "." + name, v, *rateField(window.rates, it - kRateNames.begin())));
-      }
-      if (!win.contains("start") || !win.contains("end")) return invalidArgument(wpath + ": needs start and end (\"HH:MM\", UTC)");
-      LG_RETURN_IF_ERROR(parseMinute(wpath + ".start", win["start"], window.start_minute));
-      LG_RETURN_IF_ERROR(parseMinute(wpath + ".end", win["end"], window.end_minute));
-      if (window.start_minute % 1440 == window.end_minute % 1440) {
-        return invalidArgument(wpath + ": start and end are the same time (an empty or whole-day window)");
-      }
-      prices.windows.push_back(window);
-    }
-  }
-  out = std::move(prices);
-  return Status::ok();
-}
-
-Status parsePrices(const std::string& path, const json& value, PriceTableSetting& out) {
-  if (!value.is_object()) {
-    return invalidArgument(path + R"(: expected an object of models, {"*": {"input_cache_hit": "0.028", ...}}, got )" +
-                           value.dump().substr(0, 200));
-  }
-  PriceTableSetting table;
-  for (const auto& [model, prices] : value.items()) {
-    if (!validPriceModel(model)) {
-      return invalidArgument(path + ": " + quoteValue(model) +
-                             " is not a model id (1..128 printable characters without '/', or \"*\" for every other model)");
-    }
-    LG_RETURN_IF_ERROR(parseModelPrices(path + "." + model, prices, table[model]));
-  }
-  out = std::move(table);
-  return Status::ok();
-}
-
-std::string minuteText(int minute) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%02d:%02d", minute / 60, minute % 60);
-  return buf;
-}
-
-json ratesJson(const PriceRatesSetting& r, json out = json::object()) {
-  for (size_t i = 0; i < kRateNames.size(); ++i) {
-    out[std::string(kRateNames[i])] = formatFixedDecimal(rateValue(r, i), 6);
-  }
-  return out;
-}
-
-json pricesJson(const PriceTableSetting& table) {
-  json out = json::object();
-  for (const auto& [model, p] : table) {
-    json m = ratesJson(p.rates);
-    if (!p.windows.empty()) {
-      json windows = json::array();
-      for (const PriceWindowSetting& w : p.windows) {
-        windows.push_back(ratesJson(w.rates, json{{"start", minuteText(w.start_minute)}, {"end", minuteText(w.end_minute)}}));
-      }
-      m["windows"] = std::move(windows);
-    }
-    out[model] = std::move(m);
-  }
-  return out;
-}
-
-// ------------------------------------------------ billing.*_budget
-
-// $1,000,000 in pico-dollars: far above any team's budget, and far below 2^63
-// with every request's reservation added to it.
-constexpr int64_t kMaxBudget = int64_t{1'000'000} * 1'000'000'000'000;
-
-Status parseDollars(const std::string& path, const json& value, int64_t& out) {
-  if (!value.is_string()) {
-    return invalidArgument(path + ": expected USD as a decimal string such as \"25.00\" (exact; a JSON number "
-                           "would be read as binary floating point), got " + value.dump().substr(0, 100));
-  }
-  auto parsed = parseFixedDecimal(value.get<std::string>(), 12, kMaxBudget);
-  if (!parsed.isOk()) return invalidArgument(path + ": " + parsed.status().message() + " (USD, at most 12 decimals, at most 1000000)");
-  out = *parsed;
-  return Status::ok();
-}
-
-Status parseBudgetJson(const std::string& path, const json& value, BudgetSetting& out) {
-  if (!value.is_object()) {
-    return invalidArgument(path + R"(: expected an object {"limit": "25.00", "period": "month", "soft_limit": "20.00"}, got )" +
-                           value.dump().substr(0, 200));
-  }
-  for (const auto& [name, v] : value.items()) {
-    if (name != "limit" && name != "period" && name != "soft_limit") {
-      return invalidArgument(path + ": unknown field " + quoteValue(name) + " (limit, period, soft_limit)");
-    }
-  }
-  BudgetSetting b;
-  if (!value.contains("limit")) return invalidArgument(path + ".limit: missing (USD, or null for no budget)");
-  if (value["limit"].is_null()) {
-    if (value.size() > 1) return invalidArgument(path + ": a budget with \"limit\": null takes no other field");
-    out = b;
-    return Status::ok();
-  }
-  b.enabled = true;
-  LG_RETURN_IF_ERROR(parseDollars(path + ".limit", value["limit"], b.limit));
-  if (value.contains("period")) {
-    const json& p = value["period"];
-    const std::string name = p.is_string() ? p.get<std::string>() : p.dump();
-    auto it = std::find(kBudgetPeriodNames.begin(), kBudgetPeriodNames.end(), name);
-    if (!p.is_string() || it == kBudgetPeriodNames.end()) {
-      return invalidArgument(path + ".period: expected \"day\", \"month\" or \"total\", got " + quoteValue(name));
-    }
-    b.period = static_cast<BudgetPeriodSetting>(it - kBudgetPeriodNames.begin());
-  }
-  if (value.contains("soft_limit")) {
-    LG_RETURN_IF_ERROR(parseDollars(path + ".soft_limit", value["soft_limit"], b.soft_limit));
-    if (b.soft_limit > b.limit) {
-      return invalidArgument(path + ".soft_limit: " + formatFixedDecimal(b.soft_limit, 12) + " is above the limit " +
-                             formatFixedDecimal(b.limit, 12));
-    }
-  } else {
-    b.soft_limit = b.limit / 5 * 4;  // 80%, rounded down to the pico-dollar
-  }
-  out = b;
-  return Status::ok();
-}
-
-json budgetJson(const BudgetSetting& b) {
-  if (!b.enabled) return json{{"limit", nullptr}};
-  return json{{"limit", formatFixedDecimal(b.limit, 12)},
-              {"period", std::string(kBudgetPeriodNames[static_cast<size_t>(b.period)])},
-              {"soft_limit", formatFixedDecimal(b.soft_limit, 12)}};
 }
 
 Status setFromString(const Field& field, const std::string& value, Config& config) {
@@ -457,15 +241,11 @@ Status setFromString(const Field& field, const std::string& value, Config& confi
           const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
           if (parsed.is_discarded()) return invalidArgument(path + ": expected a JSON object, got " + quoteValue(value));
           return parseGrants(path, parsed, *target);
-        } else if constexpr (std::is_same_v<T, PriceTableSetting>) {
+        } else if constexpr (std::is_same_v<T, PriceTableSetting> || std::is_same_v<T, BudgetSetting>) {
           // In the environment or a flag: the same JSON object as in a file.
           const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
           if (parsed.is_discarded()) return invalidArgument(path + ": expected a JSON object, got " + quoteValue(value));
-          return parsePrices(path, parsed, *target);
-        } else if constexpr (std::is_same_v<T, BudgetSetting>) {
-          const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
-          if (parsed.is_discarded()) return invalidArgument(path + ": expected a JSON object, got " + quoteValue(value));
-          return parseBudgetJson(path, parsed, *target);
+          return readBillingSetting(path, value, *target);
         } else {
           return parseEnum(path, value, *target);
         }
@@ -502,8 +282,8 @@ Status setFromJson(const Field& field, const json& value, Config& config) {
     return Status::ok();
   }
   if (auto* g = std::get_if<SharedNamespaceGrants*>(&ref)) return parseGrants(path, value, **g);
-  if (auto* p = std::get_if<PriceTableSetting*>(&ref)) return parsePrices(path, value, **p);
-  if (auto* b = std::get_if<BudgetSetting*>(&ref)) return parseBudgetJson(path, value, **b);
+  if (auto* p = std::get_if<PriceTableSetting*>(&ref)) return readBillingSetting(path, value.dump(), **p);
+  if (auto* b = std::get_if<BudgetSetting*>(&ref)) return readBillingSetting(path, value.dump(), **b);
   if (!value.is_string()) return invalidArgument(path + ": expected a string, got " + value.dump());
   return setFromString(field, value.get<std::string>(), config);
 }
@@ -746,9 +526,9 @@ std::string configToJson(const Config& config) {
           if constexpr (std::is_enum_v<T>) {
             leaf = std::string(enumName(*value));
           } else if constexpr (std::is_same_v<T, PriceTableSetting>) {
-            leaf = pricesJson(*value);
+            leaf = json::parse(priceTableToJson(*value));
           } else if constexpr (std::is_same_v<T, BudgetSetting>) {
-            leaf = budgetJson(*value);
+            leaf = json::parse(budgetToJson(*value));
           } else {
             leaf = *value;
           }
@@ -759,28 +539,6 @@ std::string configToJson(const Config& config) {
   if (!config.server.metrics_token.empty()) out["server"]["metrics_token"] = "(set)";  // a secret too
   return out.dump(2);
 }
-
-Result<PriceTableSetting> parsePriceTable(std::string_view json_text, const std::string& path) {
-  const json parsed = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return invalidArgument(path + ": not JSON");
-  PriceTableSetting table;
-  LG_RETURN_IF_ERROR(parsePrices(path, parsed, table));
-  return table;
-}
-
-std::string priceTableToJson(const PriceTableSetting& table) { return pricesJson(table).dump(); }
-
-Result<BudgetSetting> parseBudget(std::string_view json_text, const std::string& path) {
-  const json parsed = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return invalidArgument(path + ": not JSON");
-  BudgetSetting budget;
-  LG_RETURN_IF_ERROR(parseBudgetJson(path, parsed, budget));
-  return budget;
-}
-
-std::string budgetToJson(const BudgetSetting& budget) { return budgetJson(budget).dump(); }
-
-std::string_view budgetPeriodName(BudgetPeriodSetting period) { return kBudgetPeriodNames[static_cast<size_t>(period)]; }
 
 std::map<std::string, std::string> processEnvironment() {
   std::map<std::string, std::string> env;

@@ -40,23 +40,6 @@ Status validateConfig(const Config& config);
 // The effective configuration as JSON text (for `latentgate config show`).
 std::string configToJson(const Config& config);
 
-// A price table (billing.prices: {"model" | "*": {"input_cache_hit",
-// "input_cache_miss", "output", "windows": [...]}}, USD per 1M tokens as
-// decimal strings) from JSON text, as a file gives it; PUT /admin/pricing
-// takes the same object. Errors name `path` and the field.
-Result<PriceTableSetting> parsePriceTable(std::string_view json_text, const std::string& path);
-// The same object as canonical JSON text (rates as decimal strings, windows "HH:MM").
-std::string priceTableToJson(const PriceTableSetting& table);
-
-// A budget (billing.key_budget, billing.team_budget: {"limit": "25.00",
-// "period": "day" | "month" | "total", "soft_limit": "20.00"}, USD as exact
-// decimal strings; "limit": null is no budget; soft_limit defaults to 80% of
-// the limit) from JSON text; PUT /admin/budgets/... takes the same object.
-Result<BudgetSetting> parseBudget(std::string_view json_text, const std::string& path);
-// The same object as JSON text ({"limit": null} when not enabled).
-std::string budgetToJson(const BudgetSetting& budget);
-std::string_view budgetPeriodName(BudgetPeriodSetting period);  // "day", "month", "total"
-
 // Collects `environ` into a map (called by main only; libraries never read it).
 std::map<std::string, std::string> processEnvironment();
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "billing/settings.h"  // prices and budgets: their types and JSON are billing's
 #include "common/log_options.h"
 
 namespace lg {
@@ -121,46 +122,6 @@ struct LimitOptions {
   int64_t key_tokens_per_minute = 0;
   int64_t team_requests_per_minute = 0;
   int64_t team_tokens_per_minute = 0;
-};
-
-// Prices (billing/, docs/billing.md). Written in USD per 1M tokens as exact
-// decimal strings ("0.028"); held as integer pico-dollars per token, which is
-// the same number as micro-dollars per 1M tokens (0.028 -> 28000).
-struct PriceRatesSetting {
-  int64_t input_cache_hit = 0;   // prompt tokens whose latent KV came from the cache
-  int64_t input_cache_miss = 0;  // prompt tokens computed
-  int64_t output = 0;            // generated tokens
-  bool operator==(const PriceRatesSetting&) const = default;
-};
-// Other rates during a time of day, UTC: [start, end) in minutes after
-// midnight; end < start wraps past midnight (16:30 to 00:30).
-struct PriceWindowSetting {
-  int start_minute = 0;
-  int end_minute = 0;
-  PriceRatesSetting rates;
-  bool operator==(const PriceWindowSetting&) const = default;
-};
-struct ModelPriceSetting {
-  PriceRatesSetting rates;
-  std::vector<PriceWindowSetting> windows;  // the first that contains the time applies
-  bool operator==(const ModelPriceSetting&) const = default;
-};
-// Model id -> prices; "*" prices every other served model. Empty: DeepSeek's
-// list for every model (billing/prices.h).
-using PriceTableSetting = std::map<std::string, ModelPriceSetting>;
-
-// A spending limit (billing/budgets.h): at most `limit` pico-dollars per
-// period, counting committed entries and holding a reservation for each
-// request in flight. Written as {"limit": "25.00", "period": "month",
-// "soft_limit": "20.00"} in USD (exact decimal strings); the soft limit
-// (default 80% of the limit) only warns.
-enum class BudgetPeriodSetting : uint8_t { kDay, kMonth, kTotal };  // UTC days, UTC calendar months, ever
-struct BudgetSetting {
-  bool enabled = false;  // false: no budget (unlimited)
-  int64_t limit = 0;     // pico-dollars; 0 with enabled: nothing may be spent
-  BudgetPeriodSetting period = BudgetPeriodSetting::kMonth;
-  int64_t soft_limit = 0;  // pico-dollars, <= limit
-  bool operator==(const BudgetSetting&) const = default;
 };
 
 struct BillingOptions {

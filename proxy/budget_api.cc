@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "billing/settings_json.h"
 #include "common/team_id.h"
 #include "common/unix_time.h"
-#include "config/config.h"
 #include "proxy/gateway.h"  // requireAdminKey
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/sse.h"  // jsonText

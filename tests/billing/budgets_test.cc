@@ -300,26 +300,6 @@ TEST_F(BudgetsTest, ACorruptBudgetRecordRefusesToOpen) {
   EXPECT_EQ(reopened.status().code(), StatusCode::kDataLoss);
 }
 
-TEST(BudgetSettingTest, ParsesExactDollarsAndRefusesTheRest) {
-  auto b = parseBudget(R"({"limit": "25.50", "period": "day"})", "b");
-  ASSERT_TRUE(b.isOk()) << b.status().toString();
-  EXPECT_TRUE(b->enabled);
-  EXPECT_EQ(b->limit, int64_t{25'500'000'000'000});
-  EXPECT_EQ(b->soft_limit, int64_t{20'400'000'000'000});  // 80%
-  EXPECT_EQ(b->period, BudgetPeriodSetting::kDay);
-  EXPECT_EQ(*parseBudget(budgetToJson(*b), "b"), *b);
-  auto none = parseBudget(R"({"limit": null})", "b");
-  ASSERT_TRUE(none.isOk());
-  EXPECT_FALSE(none->enabled);
-  EXPECT_EQ(parseBudget(R"({"limit": "1"})", "b")->period, BudgetPeriodSetting::kMonth);
-  for (const char* bad : {R"({"limit": 25})", R"({"limit": "25.5", "period": "week"})", R"({"limit": "-1"})",
-                          R"({"limit": "1", "soft_limit": "2"})", R"({"limit": "1e3"})", R"({"period": "day"})",
-                          R"({"limit": "1", "extra": 1})", R"({"limit": null, "period": "day"})", R"([1])", "nope",
-                          R"({"limit": "1000001"})", R"({"limit": "0.0000000000001"})"}) {
-    EXPECT_FALSE(parseBudget(bad, "b").isOk()) << bad;
-  }
-}
-
 TEST(BudgetSettingTest, DefaultBudgetsComeFromTheFileTheEnvironmentAndFlags) {
   Config c;
   ASSERT_TRUE(applyConfigText(R"({"billing": {"key_budget": {"limit": "5", "period": "day"}}})", "file", c).isOk());

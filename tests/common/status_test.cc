@@ -46,5 +46,12 @@ TEST(StatusTest, ResultPropagates) {
   EXPECT_EQ(both(1, -2).code(), StatusCode::kOutOfRange);
 }
 
+TEST(StatusTest, QuotedValuesStayOneBoundedLine) {
+  EXPECT_EQ(quoteValue("verbose"), "\"verbose\"");
+  EXPECT_EQ(quoteValue("a\nb\tc"), "\"a?b?c\"");
+  EXPECT_EQ(quoteValue(std::string(200, 'x')), "\"" + std::string(200, 'x') + "\"");
+  EXPECT_EQ(quoteValue(std::string(201, 'x')), "\"" + std::string(200, 'x') + "...\"");
+}
+
 }  // namespace
 }  // namespace lg
