@@ -18,7 +18,6 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/sampler.h"
 #include "serving/request.h"
 
 namespace lg::serving {
@@ -54,12 +53,29 @@ struct Timing {
   double total = 0;          // submit to the final event
 };
 
+// Log-probabilities as the events report them: the model's distribution
+// (log_softmax of the raw logits), whatever the sampling settings. Plain
+// values of serving's own, so that what reads events (the OpenAI layer)
+// sees no engine type; the scheduler copies the sampler's into them.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// A generated token with its log-probability and its `top_logprobs` most
+// likely alternatives, most likely first (ties: lowest id first).
+struct SampledToken {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
 // A prompt token's log-probability given the tokens before it (the first
 // prompt token has none).
 struct PromptLogprob {
   int32_t token = 0;
   std::optional<float> logprob;
-  std::vector<engine::TokenLogprob> top;
+  std::vector<TokenLogprob> top;
 };
 
 struct StreamEvent {
@@ -69,7 +85,7 @@ struct StreamEvent {
   // empty while text is held back.
   std::string text;
   std::vector<int32_t> token_ids;               // generated since the last event
-  std::vector<engine::SampledToken> logprobs;   // one per token id, when requested
+  std::vector<SampledToken> logprobs;           // one per token id, when requested
   std::vector<PromptLogprob> prompt_logprobs;   // first event only, when requested
 
   bool final = false;

@@ -23,6 +23,15 @@ uint64_t mixSeed(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The sampler's log-probabilities as the events report them (events.h).
+std::vector<TokenLogprob> eventTop(const std::vector<engine::TokenLogprob>& top) {
+  std::vector<TokenLogprob> out;
+  out.reserve(top.size());
+  for (const engine::TokenLogprob& t : top) out.push_back({t.token, t.logprob});
+  return out;
+}
+SampledToken eventToken(const engine::SampledToken& t) { return {t.token, t.logprob, eventTop(t.top)}; }
+
 }  // namespace
 
 std::string_view finishReasonName(FinishReason reason) {
@@ -589,7 +598,7 @@ void Scheduler::processOutput(Sequence& seq, const StepEntry& entry, const engin
       engine::SampledToken scored =
           engine::scoreToken(std::span(row, static_cast<size_t>(out.vocab_size)), seq.request.prompt[next],
                              seq.request.sampling.top_logprobs, seq.logprob_scratch);
-      seq.pending.prompt_logprobs.push_back({scored.token, scored.logprob, std::move(scored.top)});
+      seq.pending.prompt_logprobs.push_back({scored.token, scored.logprob, eventTop(scored.top)});
     }
     if (seq.blocks.length() >= prompt_len) {
       seq.want_prompt_logprobs = false;
@@ -633,7 +642,7 @@ void Scheduler::acceptToken(Sequence& seq, const engine::SampledToken& sampled, 
   const bool hidden = stop == engine::FinishReason::kStop && seq.stop.matchedLength() > 0;  // an end token
   if (!hidden) {
     seq.pending.token_ids.push_back(token);
-    if (seq.request.sampling.logprobs || seq.request.sampling.top_logprobs > 0) seq.pending.logprobs.push_back(sampled);
+    if (seq.request.sampling.logprobs || seq.request.sampling.top_logprobs > 0) seq.pending.logprobs.push_back(eventToken(sampled));
     TextStream::Piece piece = seq.text.push(token);
     seq.pending.text += piece.text;
     if (piece.stopped) {

@@ -41,6 +41,7 @@
 
 #include "cache/prefix_cache.h"
 #include "engine/backend.h"
+#include "engine/sampler.h"
 #include "serving/events.h"
 #include "serving/request.h"
 #include "serving/scheduler_stats.h"

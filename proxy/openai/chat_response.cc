@@ -101,7 +101,7 @@ ResponderOutput ChatResponder::onEvent(const serving::StreamEvent& event) {
   parser_.push(event.text, pieces_);
   if (was_reasoning || parser_.inReasoning()) usage_.reasoning_tokens += static_cast<int64_t>(event.token_ids.size());
   if (o_.logprobs && o_.tokenizer != nullptr) {
-    for (const engine::SampledToken& t : event.logprobs) logprobs_.push_back(chatLogprob(*o_.tokenizer, t));
+    for (const serving::SampledToken& t : event.logprobs) logprobs_.push_back(chatLogprob(*o_.tokenizer, t));
   }
   if (event.final) {
     ResponderOutput end = finish(event);

@@ -70,7 +70,7 @@ ResponderOutput CompletionResponder::onEvent(size_t index, const serving::Stream
   }
   text += event.text;
   if (o_.logprobs) {
-    for (const engine::SampledToken& t : event.logprobs) c.logprobs.addGenerated(t);
+    for (const serving::SampledToken& t : event.logprobs) c.logprobs.addGenerated(t);
   }
 
   if (event.final) {

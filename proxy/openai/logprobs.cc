@@ -35,10 +35,10 @@ int64_t characters(std::string_view bytes) {
 
 }  // namespace
 
-json chatLogprob(const text::Tokenizer& tokenizer, const engine::SampledToken& token) {
+json chatLogprob(const text::Tokenizer& tokenizer, const serving::SampledToken& token) {
   const std::string bytes = tokenizer.tokenBytes(token.token);
   json top = json::array();
-  for (const engine::TokenLogprob& alt : token.top) {
+  for (const serving::TokenLogprob& alt : token.top) {
     const std::string alt_bytes = tokenizer.tokenBytes(alt.token);
     top.push_back(json{{"token", lossy(alt_bytes)}, {"logprob", finiteLogprob(alt.logprob)}, {"bytes", bytesArray(alt_bytes)}});
   }
@@ -62,14 +62,14 @@ std::string completionTokenText(const text::Tokenizer& tokenizer, int32_t id) {
   return out;
 }
 
-void CompletionLogprobs::addToken(int32_t id, std::optional<float> logprob, std::span<const engine::TokenLogprob> top,
+void CompletionLogprobs::addToken(int32_t id, std::optional<float> logprob, std::span<const serving::TokenLogprob> top,
                                   bool has_top) {
   const std::string text = completionTokenText(tokenizer_, id);
   tokens_.push_back(text);
   token_logprobs_.push_back(logprob ? json(finiteLogprob(*logprob)) : json(nullptr));
   if (has_top) {
     json alternatives = json::object();
-    for (const engine::TokenLogprob& alt : top) {
+    for (const serving::TokenLogprob& alt : top) {
       alternatives[completionTokenText(tokenizer_, alt.token)] = finiteLogprob(alt.logprob);
     }
     // The sampled token is always listed (OpenAI: up to logprobs + 1 entries).
@@ -86,7 +86,7 @@ void CompletionLogprobs::addPrompt(const serving::PromptLogprob& token) {
   addToken(token.token, token.logprob, token.top, token.logprob.has_value());
 }
 
-void CompletionLogprobs::addGenerated(const engine::SampledToken& token) {
+void CompletionLogprobs::addGenerated(const serving::SampledToken& token) {
   addToken(token.token, token.logprob, token.top, true);
 }
 

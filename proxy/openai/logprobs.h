@@ -1,5 +1,5 @@
 // Log-probabilities in the two OpenAI shapes, from the scheduler's
-// engine::SampledToken (generated) and serving::PromptLogprob (echo).
+// serving::SampledToken (generated) and serving::PromptLogprob (echo).
 //
 // Tokens are byte-level BPE pieces, so one may hold part of a UTF-8
 // character. Chat gives each token's text (lossy: U+FFFD for a partial
@@ -14,7 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/sampler.h"
 #include "serving/events.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -25,7 +24,7 @@ double finiteLogprob(float logprob);
 
 // Chat: one element of logprobs.content:
 // {"token", "logprob", "bytes": [...], "top_logprobs": [{"token", "logprob", "bytes"}]}.
-nlohmann::json chatLogprob(const text::Tokenizer& tokenizer, const engine::SampledToken& token);
+nlohmann::json chatLogprob(const text::Tokenizer& tokenizer, const serving::SampledToken& token);
 
 // Completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"},
 // built token by token. text_offset counts characters (code points) into the
@@ -35,7 +34,7 @@ class CompletionLogprobs {
   explicit CompletionLogprobs(const text::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
 
   void addPrompt(const serving::PromptLogprob& token);  // the first has no log-probability: null
-  void addGenerated(const engine::SampledToken& token);
+  void addGenerated(const serving::SampledToken& token);
   // Text before the next token that has no log-probabilities of its own
   // (an echoed prompt whose tokens were not scored).
   void advance(std::string_view text);
@@ -44,7 +43,7 @@ class CompletionLogprobs {
   bool empty() const { return tokens_.empty(); }
 
  private:
-  void addToken(int32_t id, std::optional<float> logprob, std::span<const engine::TokenLogprob> top, bool has_top);
+  void addToken(int32_t id, std::optional<float> logprob, std::span<const serving::TokenLogprob> top, bool has_top);
 
   const text::Tokenizer& tokenizer_;
   nlohmann::json tokens_ = nlohmann::json::array();

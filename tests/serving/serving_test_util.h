@@ -57,7 +57,7 @@ inline cache::TeamNamespace team(std::string_view id = "team") { return cache::T
 struct Collected {
   std::vector<int32_t> tokens;
   std::string text;
-  std::vector<engine::SampledToken> logprobs;
+  std::vector<SampledToken> logprobs;
   std::vector<PromptLogprob> prompt_logprobs;
   StreamEvent final;
   int events = 0;
