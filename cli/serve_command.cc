@@ -48,6 +48,7 @@
 #include "proxy/shared_prefixes.h"
 #include "proxy/tls_material.h"
 #include "serving/serving_config.h"
+#include "serving/serving_metrics.h"
 #include "text/chat/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -198,8 +199,8 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   // GET /dashboard (docs/dashboard.md): the ledger's numbers as the usage API
   // shows them, the budgets, the limits' buckets, and the memory picture
   // /metrics reads.
-  const proxy::MemoryFacts memory_facts{(*backend)->model().checkpointBytes(),
-                                        static_cast<uint64_t>((*backend)->latentLayout().blockBytes())};
+  const serving::MemoryFacts memory_facts{(*backend)->model().checkpointBytes(),
+                                          static_cast<uint64_t>((*backend)->latentLayout().blockBytes())};
   proxy::Dashboard dashboard(**ledger, **keys, *admin, budgets.get(), &gateway.rateLimiter(),
                              proxy::DashboardMemorySources{scheduler->get(), cache->index.get(), memory_facts});
   // The admin API's synced writes and scans wait here, not on an I/O thread.
@@ -214,7 +215,7 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   dashboard.addRoutes(router);
   auto metrics_access = proxy::metricsAccess(*admin, config.server.metrics_token);
   if (!metrics_access.isOk()) return fail("metrics", metrics_access.status());
-  proxy::addEngineCollectors(metrics_registry, **scheduler, cache->index.get(), memory_facts);
+  serving::addEngineCollectors(metrics_registry, **scheduler, cache->index.get(), memory_facts);
   metrics_registry.add([&generation_metrics](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
   metrics_registry.add([&ledger_metrics](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
   metrics_registry.add([&budgets = *budgets](metrics::ExpositionWriter& w) { budgets.collect(w); });

@@ -190,6 +190,14 @@ void ExpositionWriter::gauge(std::string_view name, std::string_view help, int64
   if (family(name, help, MetricType::kGauge)) sample(value);
 }
 
+void ExpositionWriter::gauge(std::string_view name, std::string_view help, uint64_t value) {
+  if (family(name, help, MetricType::kGauge)) sample(value);
+}
+
+void ExpositionWriter::histogram(std::string_view name, std::string_view help, const Histogram& h) {
+  if (family(name, help, MetricType::kHistogram)) histogram(h);
+}
+
 // ------------------------------------------------------------- AtomicHistogram
 
 AtomicHistogram::AtomicHistogram(std::vector<double> upper_bounds)

@@ -85,10 +85,12 @@ class ExpositionWriter {
   void histogram(const Labels& labels, const Histogram& h);
   void histogram(const Histogram& h) { histogram(Labels{}, h); }
 
-  // A family with one unlabelled sample.
+  // A family with one unlabelled sample (or histogram).
   void counter(std::string_view name, std::string_view help, uint64_t value);
   void gauge(std::string_view name, std::string_view help, double value);
   void gauge(std::string_view name, std::string_view help, int64_t value);
+  void gauge(std::string_view name, std::string_view help, uint64_t value);  // sizes, depths
+  void histogram(std::string_view name, std::string_view help, const Histogram& h);
 
   const std::string& text() const { return out_; }
   std::string take() { return std::move(out_); }

@@ -517,7 +517,7 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
     const serving::SchedulerStats s = memory_.scheduler->schedulerStats();
     std::optional<cache::CacheStats> c;
     if (memory_.cache != nullptr) c = memory_.cache->snapshot();
-    const MemoryPicture m = memoryPicture(memory_.facts, s, c ? &*c : nullptr);
+    const serving::MemoryPicture m = serving::memoryPicture(memory_.facts, s, c ? &*c : nullptr);
     const auto b = static_cast<int64_t>(m.block_bytes);
     json disk = nullptr;
     if (m.has_disk_tier) {

@@ -40,9 +40,9 @@
 #include "cache/cache_stats.h"
 #include "common/embedded_file.h"
 #include "proxy/dashboard_sessions.h"
-#include "proxy/metrics.h"
 #include "proxy/router.h"
 #include "serving/scheduler_stats.h"
+#include "serving/serving_metrics.h"
 
 namespace lg::proxy {
 
@@ -57,11 +57,11 @@ struct DashboardOptions {
 };
 
 // What the memory picture is read from: the same snapshots /metrics reads
-// (addEngineCollectors). `scheduler` null: no memory section.
+// (serving::addEngineCollectors). `scheduler` null: no memory section.
 struct DashboardMemorySources {
   const serving::SchedulerMetricsSource* scheduler = nullptr;
   const cache::CacheMetricsSource* cache = nullptr;  // null: no prefix cache
-  MemoryFacts facts;
+  serving::MemoryFacts facts;
 };
 
 class Dashboard {

@@ -1,21 +1,20 @@
-// GET /metrics: the gateway's, the scheduler's, the prefix cache's and the
-// memory's metrics in the Prometheus text format (common/metrics.h), for the
-// admin key or the metrics token (server.metrics_token). docs/metrics.md
-// lists every family.
+// GET /metrics: the registry's families in the Prometheus text format
+// (common/metrics.h), for the admin key or the metrics token
+// (server.metrics_token). docs/metrics.md lists every family.
 //
-// What is collected where:
-//   - GenerationMetrics: per API generation, at its final event on the engine
-//     thread (Gateway calls generationEnded()): time to first token, time per
-//     output token and end-to-end latency histograms, tokens by kind. Lock-free
-//     (atomics only).
+// What is collected where: each subsystem writes its own families.
+//   - GenerationMetrics (here): per API generation, at its final event on the
+//     engine thread (Gateway calls generationEnded()): time to first token,
+//     time per output token and end-to-end latency histograms, tokens by
+//     kind. Lock-free (atomics only).
 //   - RequestMetrics (request_metrics.h): requests by endpoint and status.
-//   - addEngineCollectors: at scrape time, one SchedulerStats snapshot (a copy
-//     under the scheduler's stats mutex, as its own updates take) and one
-//     CacheStats snapshot: the scheduler's gauges, counters and histograms,
-//     the cache's, and the memory picture (weights, latent pool blocks and
-//     bytes by state, disk tier bytes).
-//   - anything else adds its own collector to the registry (the ledger:
-//     billing/ledger_metrics.h).
+//   - serving::addEngineCollectors (serving/serving_metrics.h): the
+//     scheduler's families, the memory picture and the prefix cache's
+//     (cache/cache_metrics.h), from stats snapshots at scrape time.
+//   - the ledger (billing/ledger_metrics.h) and budgets (billing/budgets.h).
+// Besides GenerationMetrics, this file says who may read /metrics and adds
+// the route, which only scrapes the registry.
+//
 // Labels carry only bounded, non-secret values: route names, status codes,
 // enum names, tier names, team ids (bounded). Never keys, prompts, paths or
 // error messages.
@@ -27,12 +26,10 @@
 #include <string_view>
 
 #include "billing/key_store.h"
-#include "cache/cache_stats.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "proxy/router.h"
 #include "serving/events.h"
-#include "serving/scheduler_stats.h"
 
 namespace lg::proxy {
 
@@ -71,45 +68,6 @@ class GenerationMetrics {
   metrics::AtomicHistogram e2e_;
   std::atomic<uint64_t> tokens_[kTokenKinds] = {};
 };
-
-// Sizes that do not change while serving.
-struct MemoryFacts {
-  uint64_t weights_bytes = 0;  // the checkpoint's weight files (memory-mapped)
-  uint64_t block_bytes = 0;    // one latent pool block (engine::LatentLayout::blockBytes)
-};
-
-// The memory picture at one moment, from the scheduler's and the cache's
-// snapshots: what /metrics' memory families and the dashboard both show.
-// running + cached + free = capacity.
-struct MemoryPicture {
-  uint64_t weights_bytes = 0;
-  uint64_t block_bytes = 0;
-  int64_t capacity_blocks = 0;
-  int64_t running_blocks = 0;   // held by running sequences (a shared prefix once)
-  int64_t cached_blocks = 0;    // used, held by no running sequence: the cache's
-  int64_t free_blocks = 0;
-  int64_t reserved_blocks = 0;  // promised to admitted sequences, not allocated yet (part of free)
-  bool has_disk_tier = false;   // a prefix cache with a disk tier
-  uint64_t disk_blocks = 0;
-  uint64_t disk_bytes = 0;           // blocks as stored (latentgate_cache_bytes{tier="disk"})
-  uint64_t disk_occupied_bytes = 0;  // everything the store occupies on disk
-  cache::DiskState disk_state = cache::DiskState::kNone;
-};
-// `cache` null: no prefix cache (no disk tier).
-MemoryPicture memoryPicture(const MemoryFacts& memory, const serving::SchedulerStats& s, const cache::CacheStats* cache);
-
-// The scheduler's families (latentgate_scheduler_*), the cache's
-// (latentgate_cache_*), and the memory's (latentgate_model_weights_bytes,
-// latentgate_latent_pool_*), from stats snapshots.
-void collectSchedulerStats(metrics::ExpositionWriter& w, const serving::SchedulerStats& s);
-void collectCacheStats(metrics::ExpositionWriter& w, const cache::CacheStats& s);
-void collectMemory(metrics::ExpositionWriter& w, const MemoryFacts& memory, const serving::SchedulerStats& s);
-
-// One collector for the three above: the scheduler must outlive the
-// registry's scrapes, and so must the cache (null: no prefix cache, its
-// families are left out).
-void addEngineCollectors(metrics::Registry& registry, const serving::SchedulerMetricsSource& scheduler,
-                         const cache::CacheMetricsSource* cache, MemoryFacts memory);
 
 // Who may read /metrics: the admin key, and the metrics token when one is
 // configured (hashed like the admin key and compared in constant time).

@@ -86,6 +86,29 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeWithInfSumAndCount) {
   EXPECT_EQ(p2.value("lg_lagging_seconds_count"), 6);
 }
 
+TEST(MetricsTest, OneSampleFamiliesWriteTheirHeaderAndTheirSample) {
+  Histogram h({1});
+  h.observe(0.5);
+  ExpositionWriter w;
+  w.counter("lg_c_total", "c", uint64_t{3});
+  w.gauge("lg_g_bytes", "g", uint64_t{18'446'744'073'709'551'615u});
+  w.gauge("lg_h_bytes", "h", int64_t{-1});
+  w.gauge("lg_i_ratio", "i", 0.5);
+  w.histogram("lg_j_seconds", "j", h);
+  w.histogram("lg_j_seconds", "a second family of one name: dropped", h);
+  EXPECT_EQ(w.dropped(), 1u);
+  EXPECT_EQ(w.text(),
+            "# HELP lg_c_total c\n# TYPE lg_c_total counter\nlg_c_total 3\n"
+            "# HELP lg_g_bytes g\n# TYPE lg_g_bytes gauge\nlg_g_bytes 18446744073709551615\n"
+            "# HELP lg_h_bytes h\n# TYPE lg_h_bytes gauge\nlg_h_bytes -1\n"
+            "# HELP lg_i_ratio i\n# TYPE lg_i_ratio gauge\nlg_i_ratio 0.5\n"
+            "# HELP lg_j_seconds j\n# TYPE lg_j_seconds histogram\n"
+            "lg_j_seconds_bucket{le=\"1\"} 1\nlg_j_seconds_bucket{le=\"+Inf\"} 1\n"
+            "lg_j_seconds_sum 0.5\nlg_j_seconds_count 1\n");
+  const PromText p = parsePrometheusText(w.text());
+  ASSERT_TRUE(p.errors.empty()) << errorsOf(p);
+}
+
 TEST(MetricsTest, MalformedFamiliesAndSamplesAreDroppedAndTheTextStaysWellFormed) {
   ExpositionWriter w;
   EXPECT_TRUE(w.family("lg_ok_total", "fine", MetricType::kCounter));

@@ -153,7 +153,7 @@ class DashboardTest : public ::testing::Test {
     DashboardOptions options;
     options.clock_us = [this] { return clock_us_.load(); };
     dashboard_ = std::make_unique<Dashboard>(*ledger_, *keys_, *admin_, &budgets_, limiter_.get(),
-                                             DashboardMemorySources{&scheduler_, &cache_, MemoryFacts{123'456, 1000}},
+                                             DashboardMemorySources{&scheduler_, &cache_, serving::MemoryFacts{123'456, 1000}},
                                              options);
     billing_api_ = std::make_unique<BillingApi>(*ledger_, *prices_, *keys_, *admin_, &budgets_);
     router_.setBlockingPool(&blocking_pool_);

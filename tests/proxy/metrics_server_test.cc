@@ -27,6 +27,7 @@
 #include "proxy/metrics.h"
 #include "proxy/request_metrics.h"
 #include "proxy/tls_material.h"
+#include "serving/serving_metrics.h"
 #include "tests/proxy/curl_client.h"
 #include "tests/proxy/test_client.h"
 #include "tests/support/prometheus_text.h"
@@ -132,8 +133,9 @@ class MetricsServerTest : public ::testing::Test {
     gateway_->addRoutes(router_);
     auto access = metricsAccess(*admin_, kMetricsToken);
     ASSERT_TRUE(access.isOk()) << access.status().toString();
-    addEngineCollectors(registry_, *scheduler_, cache_.get(),
-                        MemoryFacts{backend_->model().checkpointBytes(), backend_->latentLayout().blockBytes()});
+    serving::addEngineCollectors(registry_, *scheduler_, cache_.get(),
+                                 serving::MemoryFacts{backend_->model().checkpointBytes(),
+                                                      backend_->latentLayout().blockBytes()});
     registry_.add([this](metrics::ExpositionWriter& w) { generations_.collect(w); });
     registry_.add([this](metrics::ExpositionWriter& w) { ledger_.collect(w); });
     addMetricsRoute(router_, registry_, std::move(access).value());

@@ -1,9 +1,10 @@
 // The gateway's metric families without a server: GenerationMetrics from
-// synthetic final events, the scheduler's, cache's and memory's families from
-// stats snapshots, and RequestMetrics through a Router with a recording
-// Exchange. Every text is read back by the strict parser
-// (tests/support/prometheus_text.h). metrics_server_test.cc scrapes a real
-// server.
+// synthetic final events and RequestMetrics through a Router with a
+// recording Exchange. Every text is read back by the strict parser
+// (tests/support/prometheus_text.h). The scheduler's, memory's and cache's
+// families have their tests beside them (tests/serving/serving_metrics_test.cc,
+// tests/cache/cache_metrics_test.cc); metrics_server_test.cc scrapes them all
+// from a real server.
 #include "proxy/metrics.h"
 
 #include <gtest/gtest.h>
@@ -87,72 +88,6 @@ TEST(GenerationMetricsTest, LatenciesAreMeasuredFromTheRequestAndTokensCountedBy
   EXPECT_EQ(p.value("latentgate_tokens_total", {{"kind", "prompt_hit_disk"}}), 16);
   EXPECT_EQ(p.value("latentgate_tokens_total", {{"kind", "prompt_miss"}}), 40);
   EXPECT_EQ(p.value("latentgate_tokens_total", {{"kind", "output"}}), 6);
-}
-
-TEST(EngineCollectorsTest, SchedulerCacheAndMemoryFamiliesAreWellFormedAndAddUp) {
-  serving::SchedulerStats s;
-  s.queued = 3;
-  s.decoding = 2;
-  s.pool_blocks = 100;
-  s.pool_free_blocks = 60;
-  s.running_blocks = 25;
-  s.cached_blocks = 15;
-  s.reserved_blocks = 7;
-  s.finished[static_cast<size_t>(serving::FinishReason::kLength)] = 9;
-  s.refused[static_cast<size_t>(serving::Refusal::kQueueFull)] = 4;
-  s.prefill_tokens = 1000;
-  s.decode_tokens = 50;
-  s.step_seconds.observe(0.004);
-  s.first_token_seconds.observe(0.2);
-  cache::CacheStats c;
-  c.tier0.hit_tokens = 640;
-  c.disk.hit_tokens = 128;
-  c.disk.bytes = 1 << 20;
-  c.disk_occupied_bytes = 3 << 20;
-  c.write_back_dropped_blocks = 2;
-  c.rejected_blocks[1] = 5;
-  c.disk_state = cache::DiskState::kUnwritable;
-  c.disk_error = "IO error: /srv/secret/path/kv/000123.sst: No space left on device";
-  c.restore_seconds = 0.25;
-
-  metrics::ExpositionWriter w;
-  collectSchedulerStats(w, s);
-  collectMemory(w, MemoryFacts{123456789, 4096}, s);
-  collectCacheStats(w, c);
-  EXPECT_EQ(w.dropped(), 0u);
-  const PromText p = parsePrometheusText(w.text());
-  ASSERT_TRUE(p.errors.empty()) << errorsOf(p) << w.text();
-  for (const auto& [name, f] : p.families) {
-    EXPECT_TRUE(name.starts_with("latentgate_")) << name;
-    EXPECT_FALSE(f.help.empty()) << name;
-  }
-  EXPECT_EQ(p.value("latentgate_scheduler_requests", {{"state", "queued"}}), 3);
-  EXPECT_EQ(p.value("latentgate_scheduler_finished_total", {{"reason", "length"}}), 9);
-  EXPECT_EQ(p.value("latentgate_scheduler_refusals_total", {{"reason", "queue_full"}}), 4);
-  EXPECT_FALSE(p.find("latentgate_scheduler_refusals_total", {{"reason", "none"}}).has_value());
-  EXPECT_EQ(p.value("latentgate_scheduler_step_tokens_total", {{"kind", "prefill"}}), 1000);
-  EXPECT_EQ(p.value("latentgate_scheduler_step_seconds_count"), 1);
-  EXPECT_EQ(p.value("latentgate_scheduler_time_to_first_token_seconds_count"), 1);
-
-  EXPECT_EQ(p.value("latentgate_model_weights_bytes"), 123456789);
-  EXPECT_EQ(p.value("latentgate_latent_pool_capacity_bytes"), 100 * 4096);
-  EXPECT_EQ(p.sum("latentgate_latent_pool_blocks"), p.value("latentgate_latent_pool_capacity_blocks"));
-  EXPECT_EQ(p.sum("latentgate_latent_pool_bytes"), p.value("latentgate_latent_pool_capacity_bytes"));
-  EXPECT_EQ(p.value("latentgate_latent_pool_bytes", {{"state", "running"}}), 25 * 4096);
-  EXPECT_EQ(p.value("latentgate_latent_pool_bytes", {{"state", "cached"}}), 15 * 4096);
-  EXPECT_EQ(p.value("latentgate_latent_pool_reserved_blocks"), 7);
-
-  EXPECT_EQ(p.value("latentgate_cache_hit_tokens_total", {{"tier", "tier0"}}), 640);
-  EXPECT_EQ(p.value("latentgate_cache_hit_tokens_total", {{"tier", "disk"}}), 128);
-  EXPECT_EQ(p.value("latentgate_cache_bytes", {{"tier", "disk"}}), 1 << 20);
-  EXPECT_EQ(p.value("latentgate_cache_disk_occupied_bytes"), 3 << 20);
-  EXPECT_EQ(p.value("latentgate_cache_write_back_blocks_total", {{"outcome", "dropped"}}), 2);
-  EXPECT_EQ(p.sum("latentgate_cache_rejected_blocks_total"), 5);
-  EXPECT_EQ(p.value("latentgate_cache_disk_state", {{"state", "unwritable"}}), 1);
-  EXPECT_EQ(p.sum("latentgate_cache_disk_state"), 1);
-  EXPECT_EQ(p.value("latentgate_cache_restore_seconds_total"), 0.25);
-  // Error text (paths) never reaches a label or a value.
-  EXPECT_EQ(w.text().find("/srv/secret"), std::string::npos);
 }
 
 // An Exchange that records what the handler did.

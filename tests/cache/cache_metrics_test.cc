@@ -1,0 +1,59 @@
+// The prefix cache's metric families from a CacheStats snapshot, without a
+// cache or a server, read back by the strict parser of the Prometheus text
+// (tests/support/prometheus_text.h).
+#include "cache/cache_metrics.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/prometheus_text.h"
+
+namespace lg::cache {
+namespace {
+
+using test::parsePrometheusText;
+using test::PromText;
+
+std::string errorsOf(const PromText& p) {
+  std::string out;
+  for (const std::string& e : p.errors) out += e + "\n";
+  return out;
+}
+
+TEST(CacheMetricsTest, FamiliesAreWellFormedAndCarryNoErrorText) {
+  CacheStats c;
+  c.tier0.hit_tokens = 640;
+  c.disk.hit_tokens = 128;
+  c.disk.bytes = 1 << 20;
+  c.disk_occupied_bytes = 3 << 20;
+  c.write_back_dropped_blocks = 2;
+  c.rejected_blocks[1] = 5;
+  c.disk_state = DiskState::kUnwritable;
+  c.disk_error = "IO error: /srv/secret/path/kv/000123.sst: No space left on device";
+  c.restore_seconds = 0.25;
+
+  metrics::ExpositionWriter w;
+  collectCacheStats(w, c);
+  EXPECT_EQ(w.dropped(), 0u);
+  const PromText p = parsePrometheusText(w.text());
+  ASSERT_TRUE(p.errors.empty()) << errorsOf(p) << w.text();
+  for (const auto& [name, f] : p.families) {
+    EXPECT_TRUE(name.starts_with("latentgate_cache_")) << name;
+    EXPECT_FALSE(f.help.empty()) << name;
+  }
+  EXPECT_EQ(p.value("latentgate_cache_hit_tokens_total", {{"tier", "tier0"}}), 640);
+  EXPECT_EQ(p.value("latentgate_cache_hit_tokens_total", {{"tier", "disk"}}), 128);
+  EXPECT_EQ(p.value("latentgate_cache_bytes", {{"tier", "disk"}}), 1 << 20);
+  EXPECT_EQ(p.value("latentgate_cache_disk_occupied_bytes"), 3 << 20);
+  EXPECT_EQ(p.value("latentgate_cache_write_back_blocks_total", {{"outcome", "dropped"}}), 2);
+  EXPECT_EQ(p.sum("latentgate_cache_rejected_blocks_total"), 5);
+  EXPECT_EQ(p.value("latentgate_cache_disk_state", {{"state", "unwritable"}}), 1);
+  EXPECT_EQ(p.sum("latentgate_cache_disk_state"), 1);
+  EXPECT_EQ(p.value("latentgate_cache_restore_seconds_total"), 0.25);
+  // Error text (paths) never reaches a label or a value.
+  EXPECT_EQ(w.text().find("/srv/secret"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lg::cache
