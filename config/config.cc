@@ -70,6 +70,7 @@ const std::array kFields = {
     LG_FIELD("server.stored_response_ttl_s", server.stored_response_ttl_s),
     LG_FIELD("server.header_timeout_ms", server.header_timeout_ms),
     LG_FIELD("server.idle_timeout_ms", server.idle_timeout_ms),
+    LG_FIELD("server.body_timeout_ms", server.body_timeout_ms),
     LG_FIELD("server.request_timeout_ms", server.request_timeout_ms),
     LG_FIELD("server.metrics_token", server.metrics_token),
     LG_FIELD("engine.backend", engine.backend),
@@ -383,6 +384,7 @@ Status validateConfig(const Config& c) {
   }
   for (const auto& [name, value] : {std::pair{"server.header_timeout_ms", c.server.header_timeout_ms},
                                     std::pair{"server.idle_timeout_ms", c.server.idle_timeout_ms},
+                                    std::pair{"server.body_timeout_ms", c.server.body_timeout_ms},
                                     std::pair{"server.request_timeout_ms", c.server.request_timeout_ms}}) {
     if (value < 1) return invalidArgument(std::string(name) + ": expected >= 1, got " + std::to_string(value));
   }

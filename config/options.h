@@ -33,6 +33,7 @@ struct ServerOptions {
   int64_t stored_response_ttl_s = 30 * 24 * 3600;  // stored Responses (`store`) expire after this (OpenAI: 30 days)
   int header_timeout_ms = 10000;          // TLS handshake + request header (slow clients are cut off)
   int idle_timeout_ms = 60000;            // keep-alive connection with no request
+  int body_timeout_ms = 60000;            // request header complete -> body complete (slow uploads are cut off)
   int request_timeout_ms = 600000;        // a non-streamed response must be complete within this
   // A bearer token that may read GET /metrics besides the admin key
   // (LATENTGATE_SERVER_METRICS_TOKEN), for a Prometheus scraper that should
