@@ -188,7 +188,6 @@ void LedgerEntry::price() {
 }
 
 std::string encodeEntry(const LedgerEntry& e) { return entryToJson(e).dump(-1, ' ', false, json::error_handler_t::replace); }
-std::string entryJson(const LedgerEntry& e) { return encodeEntry(e); }
 
 Result<LedgerEntry> decodeEntry(std::string_view text) {
   const json j = json::parse(text, nullptr, false);

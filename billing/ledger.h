@@ -96,10 +96,10 @@ struct LedgerEntry {
   void price();
 };
 
+// The storage encoding of an entry (JSON text). What the admin API shows is
+// its own view (proxy/admin/usage_json.h: ledgerEntryJson).
 std::string encodeEntry(const LedgerEntry& entry);
 Result<LedgerEntry> decodeEntry(std::string_view json_text);
-// The entry as the admin API shows it (nlohmann-free: JSON text).
-std::string entryJson(const LedgerEntry& entry);
 
 // The counters kept per dimension and hour, slot by slot.
 enum CounterSlot : size_t {

@@ -14,7 +14,7 @@
 #include <utility>
 #include <variant>
 
-#include "proxy/api_error.h"
+#include "proxy/http/api_error.h"
 #include "serving/events.h"
 #include "serving/request.h"
 

@@ -38,16 +38,18 @@ struct ChatResponderOptions {
   UsageCostHook cost;                           // usage.cost (billing)
 };
 
-class ChatResponder {
+class ChatResponder final : public Responder {
  public:
   explicit ChatResponder(ChatResponderOptions options);
 
   // Streaming: the first chunk (role "assistant"), to send as soon as the
   // request is accepted. Called implicitly by the first onEvent otherwise.
   // Not streaming: "".
-  std::string start();
+  std::string start() override;
 
   ResponderOutput onEvent(const serving::StreamEvent& event);
+  // One choice only: `choice` is 0.
+  ResponderOutput onEvent(size_t /*choice*/, const serving::StreamEvent& event) override { return onEvent(event); }
 
  private:
   nlohmann::json chunk(nlohmann::json choices) const;

@@ -43,12 +43,12 @@ struct CompletionResponderOptions {
 // such a prompt anyway).
 std::string completionEchoText(const CompletionPrompt& prompt, const text::Tokenizer& tokenizer);
 
-class CompletionResponder {
+class CompletionResponder final : public Responder {
  public:
   explicit CompletionResponder(CompletionResponderOptions options);
 
   // `choice` is the prompt's index (0 .. choices-1).
-  ResponderOutput onEvent(size_t choice, const serving::StreamEvent& event);
+  ResponderOutput onEvent(size_t choice, const serving::StreamEvent& event) override;
 
  private:
   struct Choice {

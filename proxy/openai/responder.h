@@ -1,6 +1,8 @@
-// What the three responders (chat_response.h, completion_response.h,
-// responses_response.h) share: the identity of a response, what each
-// scheduler event turns into, and the finish_reason mapping.
+// Responder: what the three responders (chat_response.h,
+// completion_response.h, responses_response.h) are to the generation call
+// (proxy/gateway/generation.h), and what they share: the identity of a
+// response, what each scheduler event turns into, and the finish_reason
+// mapping.
 //
 // A responder is fed a request's serving::StreamEvents in order. Streaming,
 // each event yields the SSE bytes to write now; otherwise nothing until the
@@ -31,6 +33,19 @@ struct ResponderOutput {
   std::string body;                // bytes to send now (SSE events, or the JSON body)
   bool done = false;               // nothing more will be sent
   std::optional<ApiError> error;   // the request failed (see above)
+};
+
+// Fed by the generation call: start() once, before any event, on the I/O
+// thread; then every event of every choice, in order per choice, on the
+// engine thread (never concurrently).
+class Responder {
+ public:
+  virtual ~Responder() = default;
+  // The first bytes of a stream, sent as soon as the request is accepted;
+  // empty for none.
+  virtual std::string start() { return {}; }
+  // One event of the choice `choice` (0 for single-choice responders).
+  virtual ResponderOutput onEvent(size_t choice, const serving::StreamEvent& event) = 0;
 };
 
 // "stop", "length" or "tool_calls" (kStop after a tool call). kCancelled,

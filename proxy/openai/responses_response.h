@@ -45,15 +45,17 @@ struct ResponsesResponderOptions {
   UsageCostHook cost;
 };
 
-class ResponsesResponder {
+class ResponsesResponder final : public Responder {
  public:
   explicit ResponsesResponder(ResponsesResponderOptions options);
 
   // Streaming: response.created and response.in_progress, to send as soon as
   // the request is accepted (called by the first onEvent otherwise).
-  std::string start();
+  std::string start() override;
 
   ResponderOutput onEvent(const serving::StreamEvent& event);
+  // One choice only: `choice` is 0.
+  ResponderOutput onEvent(size_t /*choice*/, const serving::StreamEvent& event) override { return onEvent(event); }
 
   const std::string& id() const { return o_.meta.id; }
 

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "proxy/api_error.h"
+#include "proxy/http/api_error.h"
 
 namespace lg::proxy::openai {
 

@@ -42,7 +42,7 @@ struct UsageCounts {
 
 enum class UsageStyle : uint8_t { kChat, kResponses };
 
-// THE COST HOOK. Billing sets it on the responder (proxy/request_billing.h):
+// THE COST HOOK. The generation call sets it on the responder (proxy/gateway/generation.h):
 // called with the response's final counts when the responder builds the end
 // of the response; the object it returns is added as usage.cost. The gateway
 // sends that end only once the request's ledger entry is durable. Empty hook

@@ -600,5 +600,44 @@ TEST(LedgerTest, VerifyFindsCountersThatDisagree) {
   EXPECT_NE(report->mismatches[0].find("agg/team/"), std::string::npos) << report->mismatches[0];
 }
 
+// What the dashboard's recent requests read: a bounded reverse scan.
+TEST(LedgerRecentEntriesTest, NewestFirstByTeamWithinTheRangeAndBoundedByWhatItReads) {
+  test::TempDir dir("lg_dashboard_ledger");
+  auto db = BillingDb::open(dir.path() + "/billing");
+  ASSERT_TRUE(db.isOk());
+  auto ledger = Ledger::open(**db);
+  ASSERT_TRUE(ledger.isOk());
+  std::atomic<int> committed = 0;
+  for (int i = 0; i < 40; ++i) {
+    LedgerEntry e;
+    e.request_id = "req_" + std::to_string(i);
+    e.key_id = "key_" + std::to_string(i % 4);
+    e.team = i % 4 == 3 ? "team-rare" : "team-busy";
+    e.start_us = kT0 + i * kUs;
+    (*ledger)->commit(std::move(e), std::nullopt, [&](Status s) { committed += s.isOk(); });
+  }
+  while (committed < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto all = (*ledger)->recentEntries(5, "", 0, kT0 + 100 * kUs);
+  ASSERT_TRUE(all.isOk());
+  ASSERT_EQ(all->size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ((*all)[i].request_id, "req_" + std::to_string(39 - i));
+  // [from, to): the entry at `to` is not in it, the one at `from` is.
+  auto ranged = (*ledger)->recentEntries(100, "", kT0 + 10 * kUs, kT0 + 20 * kUs);
+  ASSERT_TRUE(ranged.isOk());
+  ASSERT_EQ(ranged->size(), 10u);
+  EXPECT_EQ(ranged->front().request_id, "req_19");
+  EXPECT_EQ(ranged->back().request_id, "req_10");
+  auto rare = (*ledger)->recentEntries(100, "team-rare", 0, kT0 + 100 * kUs);
+  ASSERT_TRUE(rare.isOk());
+  EXPECT_EQ(rare->size(), 10u);
+  for (const LedgerEntry& e : *rare) EXPECT_EQ(e.team, "team-rare");
+  // Reading at most 8 entries finds the rare team's 2 among them.
+  auto bounded = (*ledger)->recentEntries(100, "team-rare", 0, kT0 + 100 * kUs, 8);
+  ASSERT_TRUE(bounded.isOk());
+  EXPECT_EQ(bounded->size(), 2u);
+  EXPECT_TRUE((*ledger)->recentEntries(0, "", 0, kT0 + 100 * kUs)->empty());
+  EXPECT_TRUE((*ledger)->recentEntries(5, "", 0, kT0)->empty());
+}
+
 }  // namespace
 }  // namespace lg::billing

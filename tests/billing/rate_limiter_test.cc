@@ -131,5 +131,31 @@ TEST(RateLimiterTest, ResetDurationsLookLikeOpenAis) {
   EXPECT_EQ(resetDuration(61.5), "1m2s");
 }
 
+// What the dashboard shows of a key's limits: peek() charges nothing.
+TEST(RateLimiterPeekTest, ShowsWhatAdmitWouldLeaveWithoutCharging) {
+  RateLimitOptions o;
+  o.per_key = {60, 0};
+  o.per_team = {0, 1'000};
+  RateLimiter limiter(o);
+  const auto t0 = RateLimiter::Clock::now();
+  RateLimiter::Remaining fresh = limiter.peek("k", "t", t0);
+  EXPECT_EQ(fresh.requests.limit, 60);
+  EXPECT_EQ(fresh.requests.remaining, 60);
+  EXPECT_EQ(fresh.tokens.limit, 1'000);
+  EXPECT_EQ(fresh.tokens.remaining, 1'000);
+  RateDecision d = limiter.admit("k", "t", 300, t0);
+  ASSERT_TRUE(d.allowed);
+  for (int i = 0; i < 3; ++i) {  // peeking charges nothing
+    RateLimiter::Remaining r = limiter.peek("k", "t", t0);
+    EXPECT_EQ(r.requests.remaining, d.requests.remaining);
+    EXPECT_EQ(r.tokens.remaining, d.tokens.remaining);
+    EXPECT_EQ(r.tokens.remaining, 700);
+  }
+  EXPECT_EQ(limiter.peek("k2", "t", t0).tokens.remaining, 700) << "the team's bucket is shared";
+  EXPECT_EQ(limiter.peek("k", "t", t0 + 2s).requests.remaining, 60) << "refilled one per second";
+  RateLimiter unlimited(RateLimitOptions{});
+  EXPECT_EQ(unlimited.peek("k", "t").requests.limit, 0);
+}
+
 }  // namespace
 }  // namespace lg::billing

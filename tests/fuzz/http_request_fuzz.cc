@@ -25,10 +25,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "proxy/http_message.h"
-#include "proxy/http_server.h"
-#include "proxy/openai_error.h"
-#include "proxy/request_parser.h"
+#include "proxy/http/http_message.h"
+#include "proxy/http/http_server.h"
+#include "proxy/http/http_errors.h"
+#include "proxy/http/request_parser.h"
 
 namespace {
 

@@ -1,0 +1,68 @@
+// BillingApi: the HTTP side of billing/ (docs/billing.md, docs/gateway.md).
+//
+// Admin key:
+//   PUT  /admin/pricing        {"prices": {...}, "effective_at": unix s | "RFC 3339" (default now)}
+//   GET  /admin/pricing        the table in force and the history
+//   GET  /admin/usage          ?group_by=key|team|model|system_prompt&from=&to=&granularity=hour|day
+//                              &key_id=&team=   (JSON: {"data": [...], "totals": {...}})
+//   GET  /admin/usage.csv      the same rows as CSV
+//   GET  /admin/ledger         entries: ?request_id= | ?from=&to=&key_id=&team=&status=&limit=&after=
+//   GET  /admin/ledger/verify  recomputes the counters from the entries
+//   GET  /admin/ledger/stats   group-commit figures (commit latency, batch sizes)
+// An API key, about itself:
+//   GET  /v1/usage             its usage (?from=&to=&granularity=) and its budget (null without one)
+//   GET  /user/balance         DeepSeek's shape
+//
+// Queries read RocksDB (point reads and range scans of the hourly counters:
+// hours x groups rows; /admin/ledger and /admin/ledger/verify scan entries
+// and are for operators, not hot paths), and PUT /admin/pricing waits for its
+// fsync, so those routes run on the blocking pool (blocking_pool.h), not on
+// an I/O thread.
+//
+// Every route is registered through admission (proxy/gateway/admission.h):
+// the admin key for /admin/, an API key for its own usage.
+//
+// Thread-safety: routes may run on every thread at once.
+#pragma once
+
+#include <memory>
+
+#include "billing/budget_view.h"
+#include "billing/key_store.h"
+#include "billing/ledger.h"
+#include "billing/prices.h"
+#include "proxy/gateway/admission.h"
+#include "proxy/http/router.h"
+#include "proxy/admin/usage_json.h"  // parseQuery, parseTimeParam; the JSON both this API and the dashboard show
+
+namespace lg::proxy {
+
+class BillingApi {
+ public:
+  // Everything must outlive the server. `budgets` null: none (the seam for
+  // budgets, billing/budget_view.h).
+  BillingApi(billing::Ledger& ledger, billing::PriceBook& prices, const billing::KeyStore& keys,
+             const Admission& admission, const billing::BudgetView* budgets = nullptr);
+
+  void addRoutes(Router& router) const;
+
+ private:
+  void putPricing(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  void getPricing(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  void usageJson(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  void usageCsv(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  void usage(const HttpRequest& request, std::shared_ptr<Exchange> exchange, bool csv) const;
+  void ledgerEntries(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  void verify(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  void stats(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  void keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
+  void balance(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
+
+  billing::Ledger& ledger_;
+  billing::PriceBook& prices_;
+  const billing::KeyStore& keys_;  // names the keys in ledger entries
+  const Admission& admission_;
+  const billing::BudgetView* const budgets_;
+};
+
+}  // namespace lg::proxy

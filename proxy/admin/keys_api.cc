@@ -1,0 +1,77 @@
+#include "proxy/admin/keys_api.h"
+
+#include <nlohmann/json.hpp>
+
+#include "proxy/http/http_errors.h"
+#include "proxy/http/proxy_log.h"
+#include "proxy/openai/api_error.h"
+
+namespace lg::proxy {
+
+using nlohmann::json;
+
+void KeysApi::addRoutes(Router& router) const {
+  router.add("POST", "/admin/keys",
+             admission_.forAdmin([this](const HttpRequest& r, std::shared_ptr<Exchange> e) { create(r, std::move(e)); }),
+             Runs::kBlocking);  // a synced write
+  router.add("GET", "/admin/keys",
+             admission_.forAdmin([this](const HttpRequest& r, std::shared_ptr<Exchange> e) { list(r, std::move(e)); }));
+  router.addPrefix(
+      "DELETE", "/admin/keys/",
+      admission_.forAdmin([this](const HttpRequest& r, std::shared_ptr<Exchange> e) { revoke(r, std::move(e)); }),
+      Runs::kBlocking);  // a synced write
+}
+
+void KeysApi::create(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const {
+  json body = json::parse(request.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    return respondWithApiError(*exchange, openai::invalidJsonBody("expected a JSON object {\"team\", \"name\"}"));
+  }
+  for (const char* field : {"team", "name"}) {
+    if (!body.contains(field) || !body[field].is_string()) {
+      return respondWithApiError(*exchange, openai::invalidRequest(field, "invalid_type",
+                                                                   std::string("`") + field + "` must be a string"));
+    }
+  }
+  auto created = keys_.create(body["team"].get<std::string>(), body["name"].get<std::string>());
+  if (!created.isOk()) {
+    if (created.status().code() == StatusCode::kInvalidArgument) {
+      const std::string param = created.status().message().rfind("name", 0) == 0 ? "name" : "team";
+      return respondWithApiError(*exchange, openai::invalidRequest(param, "invalid_value", created.status().message()));
+    }
+    proxyLog()->error("creating an API key failed: {}", created.status().toString());
+    return respondWithApiError(*exchange, openai::internalError());
+  }
+  const auto& [info, key] = *created;
+  proxyLog()->info("admin created API key {} for team {}", info.id, info.team);
+  exchange->respond(200, jsonHeaders(),
+                    json{{"id", info.id}, {"key", key}, {"team", info.team}, {"name", info.name}, {"created", info.created_unix}}
+                        .dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void KeysApi::list(const HttpRequest&, std::shared_ptr<Exchange> exchange) const {
+  json data = json::array();
+  for (const billing::ApiKeyInfo& k : keys_.list()) {
+    data.push_back({{"id", k.id}, {"team", k.team}, {"name", k.name}, {"created", k.created_unix}, {"hint", k.hint}});
+  }
+  exchange->respond(200, jsonHeaders(),
+                    json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void KeysApi::revoke(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const {
+  const std::string id = request.path.substr(std::string_view("/admin/keys/").size());
+  Status s = keys_.revoke(id);
+  if (s.code() == StatusCode::kNotFound) {
+    ApiError e = openai::invalidRequest("id", "key_not_found", "No API key with this id.");
+    e.http_status = 404;
+    return respondWithApiError(*exchange, e);
+  }
+  if (!s.isOk()) {
+    proxyLog()->error("revoking API key failed: {}", s.toString());
+    return respondWithApiError(*exchange, openai::internalError());
+  }
+  proxyLog()->info("admin revoked API key {}", id);
+  exchange->respond(200, jsonHeaders(), json{{"id", id}, {"object", "api_key"}, {"deleted", true}}.dump());
+}
+
+}  // namespace lg::proxy

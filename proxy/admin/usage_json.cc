@@ -1,0 +1,214 @@
+#include "proxy/admin/usage_json.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "billing/prices.h"
+#include "common/unix_time.h"
+#include "proxy/openai/api_error.h"
+
+namespace lg::proxy {
+
+namespace {
+
+using nlohmann::json;
+
+
+}  // namespace
+
+json ledgerEntryJson(const billing::LedgerEntry& e) {
+  return json{{"request_id", e.request_id},
+              {"response_id", e.response_id},
+              {"key_id", e.key_id},
+              {"team", e.team},
+              {"model", e.model},
+              {"requested_model", e.requested_model},
+              {"endpoint", e.endpoint},
+              {"system_prompt", e.system_prompt},
+              {"idempotency_key", e.idempotency_key},
+              {"start_us", e.start_us},
+              {"end_us", e.end_us},
+              {"ttft_us", e.ttft_us},
+              {"prompt_tokens", e.prompt_tokens},
+              {"hit_tokens_tier0", e.hit_tokens_tier0},
+              {"hit_tokens_disk", e.hit_tokens_disk},
+              {"miss_tokens", e.miss_tokens},
+              {"output_tokens", e.output_tokens},
+              {"choices", e.choices},
+              {"rates", json{{"input_cache_hit", e.prices.rates.input_cache_hit},
+                             {"input_cache_miss", e.prices.rates.input_cache_miss},
+                             {"output", e.prices.rates.output}}},
+              {"price_version", e.prices.version},
+              {"priced_as", e.prices.priced_as},
+              {"price_window", e.prices.window},
+              {"cost", json{{"input_cache_hit", e.cost.input_cache_hit},
+                            {"input_cache_miss", e.cost.input_cache_miss},
+                            {"output", e.cost.output}}},
+              {"cost_total", billing::usd(e.cost.total())},  // as /admin/usage writes costs: exact dollars
+              {"start", isoTime(e.start_us / 1'000'000)},
+              {"status", billing::entryStatusName(e.status)},
+              {"finish_reason", e.finish_reason}};
+}
+
+json countersJson(const billing::Counters& c, json out) {
+  using namespace billing;
+  out["requests"] = c[kRequests];
+  out["completed_requests"] = c[kCompleted];
+  out["cancelled_requests"] = c[kCancelled];
+  out["failed_requests"] = c[kFailed];
+  out["refused_requests"] = c[kRefused];
+  out["prompt_tokens"] = c[kPromptTokens];
+  out["prompt_cache_hit_tokens"] = c[kHitTokensTier0] + c[kHitTokensDisk];
+  out["prompt_cache_hit_tokens_memory"] = c[kHitTokensTier0];
+  out["prompt_cache_hit_tokens_disk"] = c[kHitTokensDisk];
+  out["prompt_cache_miss_tokens"] = c[kMissTokens];
+  out["completion_tokens"] = c[kOutputTokens];
+  out["cost_input_cache_hit"] = usd(c[kCostHit]);
+  out["cost_input_cache_miss"] = usd(c[kCostMiss]);
+  out["cost_output"] = usd(c[kCostOutput]);
+  out["cost_total"] = usd(costTotal(c));
+  out["cache_savings"] = usd(cacheSavings(c));
+  return out;
+}
+
+json usageRowJson(const billing::UsageRow& r, const billing::UsageQuery& query, const KeyNames& names) {
+  json row = json::object();
+  switch (query.group_by) {
+    case billing::GroupBy::kKey: {
+      row["key_id"] = r.group;
+      row["team"] = r.team;
+      auto it = names.find(r.group);
+      row["key_name"] = it == names.end() ? json(nullptr) : json(it->second);  // null: revoked
+      break;
+    }
+    case billing::GroupBy::kTeam: row["team"] = r.group; break;
+    case billing::GroupBy::kModel: row["model"] = r.group; break;
+    case billing::GroupBy::kSystemPrompt:
+      row["system_prompt"] = r.group.empty() ? json(nullptr) : json(r.group);
+      row["team"] = r.team;
+      break;
+    case billing::GroupBy::kNone: break;
+  }
+  if (query.granularity_s > 0) {
+    row["period_start"] = r.period_start_s;
+    row["period"] = isoTime(r.period_start_s);
+  }
+  return countersJson(r.counters, std::move(row));
+}
+
+UsageList usageList(const std::vector<billing::UsageRow>& rows, const billing::UsageQuery& query,
+                    const KeyNames& names) {
+  UsageList list;
+  for (const billing::UsageRow& r : rows) {
+    billing::addCounters(list.totals, r.counters);
+    list.data.push_back(usageRowJson(r, query, names));
+  }
+  return list;
+}
+
+int64_t usageFromS(const billing::UsageQuery& query) { return std::max<int64_t>(query.from_s, 0) / 3600 * 3600; }
+int64_t usageToS(const billing::UsageQuery& query) { return (std::max<int64_t>(query.to_s, 0) + 3599) / 3600 * 3600; }
+
+json granularityJson(int64_t granularity_s) {
+  return granularity_s == 3600 ? json("hour") : granularity_s == 86400 ? json("day") : json(nullptr);
+}
+
+std::string isoTime(int64_t unix_s) {
+  const time_t t = static_cast<time_t>(unix_s);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::optional<ApiError> parseUsageRange(const std::map<std::string, std::string>& q, billing::UsageQuery& out) {
+  const int64_t now_s = unixSeconds();
+  out.from_s = 0;
+  out.to_s = now_s + 3600;
+  for (const char* name : {"from", "to"}) {
+    auto it = q.find(name);
+    if (it == q.end() || it->second.empty()) continue;
+    auto t = parseTimeParam(it->second);
+    if (!t) {
+      return badParam(name, std::string("`") + name +
+                                "` must be Unix seconds, a date (2026-01-31) or an RFC 3339 UTC time (2026-01-31T12:00:00Z)");
+    }
+    (std::string_view(name) == "from" ? out.from_s : out.to_s) = *t;
+  }
+  if (out.to_s < out.from_s) {
+    return badParam("to", "`to` is before `from`");
+  }
+  if (auto it = q.find("granularity"); it != q.end() && !it->second.empty()) {
+    if (it->second == "hour") {
+      out.granularity_s = 3600;
+    } else if (it->second == "day") {
+      out.granularity_s = 86400;
+    } else {
+      return badParam("granularity", "`granularity` must be hour or day");
+    }
+  }
+  return std::nullopt;
+}
+
+std::map<std::string, std::string> parseQuery(std::string_view query) {
+  std::map<std::string, std::string> out;
+  const auto decode = [](std::string_view s) {
+    const auto digit = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    std::string r;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '+') {
+        r += ' ';
+      } else if (s[i] == '%' && i + 2 < s.size() && digit(s[i + 1]) >= 0 && digit(s[i + 2]) >= 0) {
+        r += static_cast<char>(digit(s[i + 1]) * 16 + digit(s[i + 2]));
+        i += 2;
+      } else {
+        r += s[i];
+      }
+    }
+    return r;
+  };
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (part.empty()) continue;
+    const size_t eq = part.find('=');
+    out.try_emplace(decode(part.substr(0, eq)), eq == std::string_view::npos ? "" : decode(part.substr(eq + 1)));
+  }
+  return out;
+}
+
+std::optional<int64_t> parseTimeParam(std::string_view text) {
+  if (auto v = parseIntParam(text)) return v;
+  struct tm tm {};
+  const std::string s(text);
+  const char* end = nullptr;
+  if (s.size() == 10) {
+    end = strptime(s.c_str(), "%Y-%m-%d", &tm);
+  } else if (s.size() == 20 && s.back() == 'Z') {
+    end = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  }
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+std::optional<int64_t> parseIntParam(std::string_view text) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return v;
+}
+
+ApiError badParam(std::string param, std::string message) {
+  return openai::invalidRequest(std::move(param), "invalid_value", std::move(message));
+}
+
+}  // namespace lg::proxy

@@ -1,0 +1,85 @@
+// Usage as JSON: the one place that turns the ledger's counters, usage rows
+// and entries into the usage API's fields (docs/billing.md): the API's own
+// view, not the ledger's storage encoding, shared by the usage API
+// (billing_api.h: /admin/usage, /v1/usage) and the dashboard (dashboard.h),
+// so that both show the same numbers as the same strings by construction
+// (budgets: budgetStatusJson, budget_api.h).
+// Also the query parameters both read (from, to, granularity).
+//
+// Thread-safety: free functions over values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "billing/ledger.h"
+#include "proxy/http/api_error.h"
+
+namespace lg::proxy {
+
+// The counters as the usage API names them, added to `out`: request counts
+// by status, tokens by kind, costs and cache_savings as exact decimal dollar
+// strings ("0.000001792").
+nlohmann::json countersJson(const billing::Counters& c, nlohmann::json out = nlohmann::json::object());
+
+// Key id -> the key's name, for key rows (a key not in it was revoked: null).
+using KeyNames = std::unordered_map<std::string, std::string>;
+
+// One row of /admin/usage: the group's fields (key_id, team and key_name;
+// team; model; system_prompt and team), the period when the query has a
+// granularity, then countersJson.
+nlohmann::json usageRowJson(const billing::UsageRow& row, const billing::UsageQuery& query, const KeyNames& names);
+
+// A ledger entry as GET /admin/ledger shows it: its ids, times (Unix
+// microseconds, and `start` in RFC 3339), tokens by kind, the rates
+// (pico-dollars per token, integers) and their version, the cost per kind
+// (pico-dollars) and in total (`cost_total`, exact dollars as the usage rows
+// write it), the status and finish reason. Built from the entry, never from
+// its storage encoding, so that the ledger may change how it stores entries.
+nlohmann::json ledgerEntryJson(const billing::LedgerEntry& entry);
+
+struct UsageList {
+  nlohmann::json data = nlohmann::json::array();  // usageRowJson of each row, in the ledger's order
+  billing::Counters totals{};                     // the rows summed
+};
+UsageList usageList(const std::vector<billing::UsageRow>& rows, const billing::UsageQuery& query,
+                    const KeyNames& names);
+
+// The hours a query covers, as its response states them: from rounded down,
+// to rounded up to whole hours (the counters are hourly).
+int64_t usageFromS(const billing::UsageQuery& query);
+int64_t usageToS(const billing::UsageQuery& query);
+
+// "hour", "day" or null.
+nlohmann::json granularityJson(int64_t granularity_s);
+
+// "2026-01-01T00:00:00Z".
+std::string isoTime(int64_t unix_s);
+
+// from/to/granularity of a usage query into `out` (defaults: from 0, to an
+// hour from now, no granularity); otherwise the 400 to answer, naming the
+// parameter.
+std::optional<ApiError> parseUsageRange(const std::map<std::string, std::string>& query, billing::UsageQuery& out);
+
+// Query-string parameters, percent-decoded ('+' is a space); the first
+// occurrence of each name wins.
+std::map<std::string, std::string> parseQuery(std::string_view query);
+
+// A time parameter: Unix seconds ("1767225600"), a UTC date ("2026-01-01") or
+// an RFC 3339 UTC time ("2026-01-01T12:00:00Z"); nullopt otherwise.
+std::optional<int64_t> parseTimeParam(std::string_view text);
+
+// A whole decimal integer parameter ("42", "-7"); nullopt otherwise.
+std::optional<int64_t> parseIntParam(std::string_view text);
+
+// The 400 for a bad query or body parameter: invalid_value, naming it.
+ApiError badParam(std::string param, std::string message);
+
+}  // namespace lg::proxy

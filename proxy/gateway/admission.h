@@ -1,0 +1,132 @@
+// Admission: the one step where the edge decides who a caller is and whether
+// its request may run (docs/gateway.md, "Admission").
+//
+// Authentication. Every route that needs credentials is registered through a
+// guard (forKey, forAdmin, forMetrics): the guard reads the bearer token,
+// authenticates it (an API key's SHA-256 looked up in the key store; the
+// admin key and the metrics token compared in constant time) and calls the
+// handler only for a caller it accepts; anyone else gets 401
+// invalid_api_key. No handler reads credentials itself. The dashboard, which
+// also signs in with a key posted in a form, asks identify().
+//
+// Admission of a generation request, after its prompt was rendered and its
+// tokens counted (their number is what the limits and the budget need):
+//   1. the Idempotency-Key claim (billing::Metering): a replay of the first
+//      response, or a refusal (400, 409), ends it here;
+//   2. the budget reservation, the most the request may cost (429
+//      insufficient_quota when a budget cannot hold it);
+//   3. the per-minute limits of the key and its team, requests and tokens
+//      (429 rate_limit_exceeded with Retry-After);
+// and the request's metering starts. The result is a Ticket, which the
+// generation call (generation.h) settles, or the answer to send instead.
+// Whatever a later step refuses, the earlier ones are given back.
+//
+// Thread-safety: every method may be called from any thread at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "billing/key_store.h"
+#include "billing/metering.h"
+#include "billing/rate_limiter.h"
+#include "common/status.h"
+#include "proxy/http/api_error.h"
+#include "proxy/http/exchange.h"
+
+namespace lg::proxy {
+
+// Who presented the credentials of a request.
+struct Caller {
+  enum class Kind : uint8_t { kNobody, kAdmin, kKey };
+  Kind kind = Kind::kNobody;
+  billing::Principal who;  // kKey
+};
+
+// What admission granted one generation request, until the generation call
+// settles it: the per-minute tokens charged, the metering (and with it the
+// budget reservation and the Idempotency-Key claim).
+struct Ticket {
+  billing::Principal who;
+  std::shared_ptr<billing::MeteredRequest> metered;  // null: nothing is metered (no ledger)
+  int64_t rate_tokens = 0;                           // charged to the per-minute limits
+  HttpHeaders headers;                               // x-ratelimit-*, for the response
+};
+
+// A request admission refused, and the headers to send with the error.
+struct Refused {
+  ApiError error;
+  HttpHeaders headers;
+};
+// The response an earlier request with the same Idempotency-Key left.
+struct Replayed {
+  HttpHeaders headers;
+  std::string body;
+};
+using Admitted = std::variant<Ticket, Refused, Replayed>;
+
+// What a generation request asks of its limits and budget.
+struct AdmissionAsk {
+  std::string served_model;     // what prices name
+  std::string requested_model;  // as the client named it
+  std::string response_id;
+  std::string system_prompt;    // fingerprint; empty: none
+  bool stream = false;
+  struct Choice {
+    int64_t prompt_tokens = 0;
+    int64_t max_tokens = 0;
+  };
+  std::vector<Choice> choices;  // one per scheduler request
+};
+
+class Admission {
+ public:
+  // Everything must outlive the admission. `metrics_token`: the bearer token
+  // that may read /metrics besides the admin key (nullopt: none).
+  Admission(const billing::KeyStore& keys, const billing::AdminKey& admin,
+            std::optional<billing::AdminKey> metrics_token, billing::RateLimiter& rate_limiter,
+            const billing::Metering& metering);
+
+  // server.metrics_token as a credential: empty is none; shorter than 16
+  // characters is refused, like the admin key.
+  static Result<std::optional<billing::AdminKey>> metricsToken(std::string_view configured);
+
+  using KeyHandler =
+      std::function<void(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who)>;
+  // Route guards: the handler runs only for an API key (forKey), the admin
+  // key (forAdmin), or the admin key or the metrics token (forMetrics).
+  Handler forKey(KeyHandler handler) const;
+  Handler forAdmin(Handler handler) const;
+  Handler forMetrics(Handler handler) const;
+
+  // The caller a presented key names (the admin key, an API key, or nobody),
+  // and the caller of a request's Authorization header.
+  Caller identify(std::string_view presented_key) const;
+  Caller identify(const HttpRequest& request) const;
+
+  // Admits a generation request of `who` (authenticated by forKey).
+  Admitted admit(const HttpRequest& request, const billing::Principal& who, const AdmissionAsk& ask) const;
+  // Gives back the per-minute tokens a ticket charged but its request did not use.
+  void settle(const Ticket& ticket, int64_t used_tokens) const;
+
+  const billing::Metering& metering() const { return metering_; }
+  const billing::RateLimiter& rateLimiter() const { return rate_limiter_; }
+
+ private:
+  std::optional<Refused> chargeRateLimits(const HttpRequest& request, const billing::Principal& who, int64_t tokens,
+                                          HttpHeaders& headers) const;
+
+  const billing::KeyStore& keys_;
+  const billing::AdminKey& admin_;
+  const std::optional<billing::AdminKey> metrics_token_;
+  billing::RateLimiter& rate_limiter_;
+  const billing::Metering& metering_;
+};
+
+}  // namespace lg::proxy

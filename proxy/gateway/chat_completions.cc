@@ -1,0 +1,50 @@
+// POST /v1/chat/completions: a conversation rendered with the chat template,
+// one choice, answered by the ChatResponder (docs/openai-api.md).
+#include "common/unix_time.h"
+#include "proxy/gateway/gateway.h"
+#include "proxy/http/http_errors.h"
+#include "proxy/openai/chat_request.h"
+#include "proxy/openai/chat_response.h"
+#include "proxy/openai/ids.h"
+#include "proxy/openai/json_body.h"
+
+namespace lg::proxy {
+
+void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
+                              const billing::Principal& who) const {
+  auto body = openai::parseJsonBody(request.body, options_.limits);
+  if (!body) return respondWithApiError(*exchange, body.error());
+  auto parsed = openai::parseChatCompletionRequest(*body, options_.limits);
+  if (!parsed) return respondWithApiError(*exchange, parsed.error());
+  if (!knownModel(parsed->model)) return respondWithApiError(*exchange, openai::modelNotFound(parsed->model));
+  auto encoded = encoder_.encodeChat(parsed->prompt, "messages");
+  if (!encoded) return respondWithApiError(*exchange, encoded.error());
+  auto sampling = openai::resolveSampling(parsed->sampling, encoded->ids.size(), options_.max_context, parsed->params);
+  if (!sampling) return respondWithApiError(*exchange, sampling.error());
+
+  GenerationPlan plan = newPlan(openai::newId("chatcmpl-"), parsed->model, parsed->stream, parsed->ignored, {});
+  plan.system_prompt = systemPromptOf(parsed->prompt);
+  plan.params = parsed->params;
+  openai::ChatResponderOptions ro;
+  ro.meta.id = plan.response_id;
+  ro.meta.created = unixSeconds();
+  ro.meta.model = parsed->model;
+  ro.stream = parsed->stream;
+  ro.include_usage = parsed->include_usage;
+  ro.logprobs = sampling->logprobs;
+  ro.tokenizer = &tokenizer_;
+  ro.parser = encoder_.outputOptions(parsed->prompt, *encoded);
+  ro.params = parsed->params;
+  ro.retry = generation_.retry();
+  plan.responder = [ro = std::move(ro)](openai::UsageCostHook cost) mutable {
+    ro.cost = std::move(cost);
+    return std::make_shared<openai::ChatResponder>(std::move(ro));
+  };
+  serving::GenerationRequest gen = newRequest(who);
+  gen.prompt = std::move(encoded->ids);
+  gen.sampling = std::move(*sampling);
+  plan.choices.push_back(std::move(gen));
+  generation_.run(std::move(exchange), who, std::move(plan));
+}
+
+}  // namespace lg::proxy

@@ -1,0 +1,85 @@
+#include "proxy/gateway/gateway.h"
+
+#include <utility>
+
+#include "proxy/http/http_errors.h"
+
+namespace lg::proxy {
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::string_view roleName(openai::Role role) { return role == openai::Role::kSystem ? "system" : "developer"; }
+
+}  // namespace
+
+Gateway::Gateway(GatewayOptions options, const Admission& admission, const Generation& generation,
+                 const text::Tokenizer& tokenizer, const openai::PromptEncoder& encoder, ResponseStore* responses)
+    : options_(std::move(options)),
+      admission_(admission),
+      generation_(generation),
+      tokenizer_(tokenizer),
+      encoder_(encoder),
+      responses_(responses) {}
+
+void Gateway::addRoutes(Router& router) const {
+  auto route = [this](auto method) {
+    return admission_.forKey([this, method](const HttpRequest& r, std::shared_ptr<Exchange> e,
+                                            const billing::Principal& who) { (this->*method)(r, std::move(e), who); });
+  };
+  router.add("POST", "/v1/chat/completions", route(&Gateway::chatCompletions));
+  router.add("POST", "/v1/completions", route(&Gateway::completions));
+  router.add("POST", "/v1/responses", route(&Gateway::responses));
+  router.addPrefix("GET", "/v1/responses/", route(&Gateway::getResponse));
+  router.addPrefix("DELETE", "/v1/responses/", route(&Gateway::deleteResponse), Runs::kBlocking);  // a synced delete
+  router.add("GET", "/v1/models", route(&Gateway::models));
+  router.add("GET", "/models", route(&Gateway::models));
+}
+
+bool Gateway::knownModel(const std::string& model) const {
+  if (model == options_.model_id) return true;
+  for (const std::string& a : options_.aliases) {
+    if (model == a) return true;
+  }
+  return false;
+}
+
+serving::GenerationRequest Gateway::newRequest(const billing::Principal& who) const {
+  // Key teams were validated when the key was created.
+  serving::GenerationRequest r(cache::TeamNamespace::ofTeam(who.team).value());
+  if (auto it = options_.shared_namespaces.find(who.team); it != options_.shared_namespaces.end()) r.shared = it->second;
+  return r;
+}
+
+std::string Gateway::systemPromptOf(const openai::ChatPrompt& prompt) const {
+  std::vector<std::pair<std::string_view, std::string_view>> parts;
+  for (const openai::ChatMessage& m : prompt.messages) {
+    if (m.role != openai::Role::kSystem && m.role != openai::Role::kDeveloper) break;
+    parts.emplace_back(roleName(m.role), m.content ? std::string_view(*m.content) : std::string_view());
+  }
+  return admission_.metering().systemPromptFingerprint(parts);
+}
+
+GenerationPlan Gateway::newPlan(std::string response_id, std::string requested_model, bool stream,
+                                const std::vector<std::string>& ignored,
+                                const std::vector<std::string>& hosted_tools) const {
+  GenerationPlan plan;
+  plan.served_model = options_.model_id;
+  plan.requested_model = std::move(requested_model);
+  plan.response_id = std::move(response_id);
+  plan.stream = stream;
+  plan.headers = stream ? HttpHeaders{{"content-type", "text/event-stream"},
+                                      {"cache-control", "no-cache"},
+                                      {"x-accel-buffering", "no"}}
+                        : jsonHeaders();
+  // What the request asked for that had no effect, and hosted tools left out of the prompt.
+  if (!ignored.empty()) plan.headers.add("x-latentgate-ignored", joined(ignored));
+  if (!hosted_tools.empty()) plan.headers.add("x-latentgate-hosted-tools-skipped", joined(hosted_tools));
+  return plan;
+}
+
+}  // namespace lg::proxy

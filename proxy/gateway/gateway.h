@@ -1,0 +1,92 @@
+// Gateway: the data plane's routes, the OpenAI-compatible endpoints
+// (docs/gateway.md, docs/openai-api.md):
+//
+//   POST   /v1/chat/completions    chat_completions.cc
+//   POST   /v1/completions         completions.cc
+//   POST   /v1/responses           responses.cc
+//   GET    /v1/responses/{id}      stored_responses.cc
+//   DELETE /v1/responses/{id}
+//   GET    /v1/models, /models     models.cc
+//
+// Every route is registered through Admission::forKey (an API key is
+// checked before the handler runs). Each endpoint parses its body with the
+// schema layer (proxy/openai/), renders and tokenizes its prompt, and hands
+// the result to the one generation call (generation.h), which admits,
+// meters, runs and delivers it.
+//
+// Thread-safety: routes may run on every I/O thread at once; the gateway's
+// state is immutable after construction, except the response store (thread-safe).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "billing/key_store.h"
+#include "cache/namespace.h"
+#include "proxy/gateway/admission.h"
+#include "proxy/gateway/generation.h"
+#include "proxy/gateway/response_store.h"
+#include "proxy/http/router.h"
+#include "proxy/openai/prompt_encoder.h"
+#include "proxy/openai/request_types.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace lg::proxy {
+
+struct GatewayOptions {
+  std::string model_id;              // what /v1/models lists, responses name and prices use
+  std::vector<std::string> aliases;  // other names clients may use (deepseek-chat, ...)
+  int32_t max_context = 0;
+  openai::ParseLimits limits;
+  // Shared cache namespaces each team may read (an admin's grants).
+  std::map<std::string, std::vector<cache::SharedNamespace>> shared_namespaces;
+};
+
+class Gateway {
+ public:
+  // Everything must outlive the server; `responses` (null: none are kept,
+  // previous_response_id is refused) must also outlive the scheduler's
+  // engine thread, which records finished responses.
+  Gateway(GatewayOptions options, const Admission& admission, const Generation& generation,
+          const text::Tokenizer& tokenizer, const openai::PromptEncoder& encoder, ResponseStore* responses);
+
+  void addRoutes(Router& router) const;
+
+ private:
+  // One file each.
+  void chatCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
+                       const billing::Principal& who) const;
+  void completions(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
+                   const billing::Principal& who) const;
+  void responses(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
+  void getResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
+                   const billing::Principal& who) const;
+  void deleteResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
+                      const billing::Principal& who) const;
+  void models(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
+
+  // The stored response a previous_response_id names, or the client's error (stored_responses.cc).
+  openai::ApiResult<StoredResponse> previousResponse(const HttpRequest& request, const billing::Principal& who,
+                                                     const std::string& id) const;
+
+  // What the endpoints share (gateway.cc).
+  bool knownModel(const std::string& model) const;
+  // A scheduler request in the caller's team namespace, with its grants.
+  serving::GenerationRequest newRequest(const billing::Principal& who) const;
+  // The ledger's fingerprint of the prompt's leading system and developer messages.
+  std::string systemPromptOf(const openai::ChatPrompt& prompt) const;
+  // A plan with the fields every endpoint sets the same way.
+  GenerationPlan newPlan(std::string response_id, std::string requested_model, bool stream,
+                         const std::vector<std::string>& ignored, const std::vector<std::string>& hosted_tools) const;
+
+  const GatewayOptions options_;
+  const Admission& admission_;
+  const Generation& generation_;
+  const text::Tokenizer& tokenizer_;
+  const openai::PromptEncoder& encoder_;
+  ResponseStore* const responses_;
+};
+
+}  // namespace lg::proxy

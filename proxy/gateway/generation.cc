@@ -1,0 +1,297 @@
+#include "proxy/gateway/generation.h"
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "proxy/http/http_errors.h"
+#include "proxy/http/proxy_log.h"
+#include "proxy/openai/sse.h"
+
+namespace lg::proxy {
+namespace {
+
+constexpr std::string_view kSse = "text/event-stream";
+
+// usage.cost: {"currency": "USD", "input_cache_hit", "input_cache_miss",
+// "output", "total"}, exact decimal strings in dollars.
+nlohmann::json costJson(const billing::Cost& c) {
+  return nlohmann::json{{"currency", "USD"},
+                        {"input_cache_hit", billing::usd(c.input_cache_hit)},
+                        {"input_cache_miss", billing::usd(c.input_cache_miss)},
+                        {"output", billing::usd(c.output)},
+                        {"total", billing::usd(c.total())}};
+}
+
+// How a choice ended, for the ledger.
+billing::ChoiceResult choiceResult(const serving::StreamEvent& e) {
+  billing::ChoiceResult r;
+  r.usage = {e.usage.prompt_tokens, e.usage.hit_tokens_tier0, e.usage.hit_tokens_disk, e.usage.miss_tokens,
+             e.usage.completion_tokens};
+  r.ttft_s = e.usage.completion_tokens > 0 ? e.timing.first_token : -1;
+  switch (e.finish_reason) {
+    case serving::FinishReason::kError:
+      r.end = billing::ChoiceEnd::kFailed;
+      r.finish_reason = "error";
+      break;
+    case serving::FinishReason::kRefused:
+      r.end = billing::ChoiceEnd::kRefused;
+      r.finish_reason = "refused:" + std::string(serving::refusalName(e.refusal));
+      break;
+    case serving::FinishReason::kCancelled:
+      r.end = billing::ChoiceEnd::kCancelled;
+      r.finish_reason = "cancelled";
+      break;
+    default:
+      r.end = billing::ChoiceEnd::kCompleted;
+      r.finish_reason = std::string(serving::finishReasonName(e.finish_reason));
+  }
+  return r;
+}
+
+// Hands one responder output to the exchange: streaming, the SSE bytes (the
+// last ones preceded by a server-timing comment) and the end of the stream;
+// otherwise, once done, the error or the whole body with Server-Timing.
+void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const serving::Timing& timing,
+             const HttpHeaders& headers, double ledger_s = -1) {
+  if (stream) {
+    if (out.done) exchange.send(": server-timing " + serverTiming(timing, ledger_s) + "\n\n");
+    exchange.send(std::move(out.body));
+    if (out.done) exchange.end();
+    return;
+  }
+  if (!out.done) return;
+  if (out.error) return respondWithApiError(exchange, *out.error);
+  HttpHeaders h = headers;
+  h.add("server-timing", serverTiming(timing, ledger_s));
+  exchange.respond(200, std::move(h), std::move(out.body));
+}
+
+// One generation call's shared state: made on the I/O thread, then fed by
+// the choices' sinks on the engine thread.
+struct Call {
+  std::shared_ptr<Exchange> exchange;
+  std::shared_ptr<openai::Responder> responder;  // the engine thread's once submitted
+  std::optional<Ticket> ticket;                  // null: the admin's unmetered work
+  std::shared_ptr<billing::MeteredRequest> metered;
+  bool stream = false;
+  HttpHeaders headers;
+  std::function<void(const openai::Responder&)> on_done;
+  bool ended = false;  // the responder finished (engine thread only)
+
+  std::mutex mu;
+  bool open = false;     // every choice was submitted: deliver
+  bool refused = false;  // one was refused at submit: its refusal was the response
+  struct Held {
+    openai::ResponderOutput out;
+    serving::Timing timing;
+    bool last = false;  // the response's last final event: its entry is committed before it is sent
+  };
+  std::vector<Held> held;                       // guarded by mu
+  std::vector<serving::RequestHandle> handles;  // guarded by mu
+  size_t awaited = 0;                           // guarded by mu: submitted choices' final events
+  size_t finals = 0;                            // guarded by mu
+  int64_t used_tokens = 0;                      // guarded by mu
+
+  void cancelAll() {
+    std::vector<serving::RequestHandle> all;
+    {
+      std::lock_guard lock(mu);
+      all = handles;
+    }
+    for (const serving::RequestHandle& h : all) h.cancel();
+  }
+
+  // Under mu. The end of the response commits its entry first (its usage
+  // reaches the client from the commit's callback); anything else goes out
+  // at once. An error carries no usage: it is sent at once, and its entry
+  // follows.
+  void deliverLocked(openai::ResponderOutput out, const serving::Timing& timing, bool last) {
+    if (!last || !metered) {
+      if (metered && stream) metered->keep(out.body);
+      return deliver(*exchange, std::move(out), stream, timing, headers);
+    }
+    if (out.error) {
+      deliver(*exchange, std::move(out), stream, timing, headers);
+      return metered->commit("", "", {});
+    }
+    auto kept = std::make_shared<openai::ResponderOutput>(std::move(out));
+    const auto queued = std::chrono::steady_clock::now();
+    metered->commit(kept->body, stream ? std::string(kSse) : "application/json",
+                    [exchange = exchange, kept, stream = stream, timing, headers = headers, queued](Status s) {
+                      if (!s.isOk()) {
+                        // No entry, so no usage: the client gets an error instead.
+                        proxyLog()->error("request {}: committing its ledger entry failed: {}",
+                                          exchange->request().id, s.toString());
+                        if (!stream) return respondWithApiError(*exchange, openai::internalError());
+                        exchange->send(openai::sseErrorData(openai::internalError()));
+                        exchange->end();
+                        return;
+                      }
+                      const double ledger_s =
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - queued).count();
+                      deliver(*exchange, std::move(*kept), stream, timing, headers, ledger_s);
+                    });
+  }
+};
+
+int64_t usedTokens(const serving::Usage& u) { return int64_t{u.prompt_tokens} + u.completion_tokens; }
+
+}  // namespace
+
+std::string serverTiming(const serving::Timing& t, double ledger_s) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "queue;dur=%.3f, cache;dur=%.3f, prefill;dur=%.3f, ttft;dur=%.3f, decode;dur=%.3f, total;dur=%.3f",
+                t.queued * 1e3, t.cache_lookup * 1e3, t.prefill * 1e3, t.first_token * 1e3, t.decode * 1e3,
+                t.total * 1e3);
+  std::string out = buf;
+  if (ledger_s >= 0) {
+    std::snprintf(buf, sizeof buf, ", ledger;dur=%.3f", ledger_s * 1e3);
+    out += buf;
+  }
+  return out;
+}
+
+Generation::Generation(serving::Scheduler& scheduler, const Admission& admission, GenerationMetrics* metrics,
+                       openai::RetryAfter retry)
+    : scheduler_(scheduler), admission_(admission), metrics_(metrics), retry_(retry) {}
+
+void Generation::run(std::shared_ptr<Exchange> exchange, const billing::Principal& who, GenerationPlan plan) const {
+  AdmissionAsk ask;
+  ask.served_model = plan.served_model;
+  ask.requested_model = plan.requested_model;
+  ask.response_id = plan.response_id;
+  ask.system_prompt = plan.system_prompt;
+  ask.stream = plan.stream;
+  for (const serving::GenerationRequest& r : plan.choices) {
+    ask.choices.push_back({static_cast<int64_t>(r.prompt.size()), r.sampling.max_tokens});
+  }
+  Admitted admitted = admission_.admit(exchange->request(), who, ask);
+  if (auto* refused = std::get_if<Refused>(&admitted)) {
+    return respondWithApiError(*exchange, refused->error, std::move(refused->headers));
+  }
+  if (auto* replayed = std::get_if<Replayed>(&admitted)) {
+    return exchange->respond(200, std::move(replayed->headers), std::move(replayed->body));
+  }
+  start(std::move(exchange), std::get<Ticket>(std::move(admitted)), std::move(plan));
+}
+
+void Generation::runAsAdmin(std::shared_ptr<Exchange> exchange, GenerationPlan plan) const {
+  start(std::move(exchange), std::nullopt, std::move(plan));
+}
+
+void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket> ticket, GenerationPlan plan) const {
+  auto call = std::make_shared<Call>();
+  call->exchange = exchange;
+  call->stream = plan.stream;
+  call->headers = std::move(plan.headers);
+  call->on_done = std::move(plan.on_done);
+  if (ticket) {
+    call->metered = ticket->metered;
+    for (const auto& [name, value] : ticket->headers.fields()) call->headers.add(name, value);
+  }
+  call->ticket = std::move(ticket);
+  openai::UsageCostHook cost;
+  if (call->metered) {
+    cost = [metered = call->metered](const openai::UsageCounts& u) -> std::optional<nlohmann::json> {
+      return costJson(metered->costOf(u.hit_tokens, u.miss_tokens, u.completion_tokens));
+    };
+  }
+  call->responder = plan.responder(std::move(cost));
+  // Taken before the first submit, which orders it before the first event:
+  // only the engine thread calls the responder afterwards.
+  const std::string first = call->responder->start();
+  const size_t n = plan.choices.size();
+  call->awaited = n;
+
+  for (size_t i = 0; i < n; ++i) {
+    serving::Submission sub = scheduler_.submit(
+        std::move(plan.choices[i]), [this, call, i](serving::StreamEvent&& e) {
+          if (e.final && metrics_ != nullptr) metrics_->generationEnded(call->exchange->request().received, e);
+          openai::ResponderOutput out = call->responder->onEvent(i, e);
+          // A response ends once: later events (of choices still running
+          // when it ended) have nothing more to send.
+          const bool ended_now = out.done && !call->ended;
+          if (out.done && call->ended) out = {};
+          if (ended_now) {
+            call->ended = true;
+            if (call->on_done) call->on_done(*call->responder);
+          }
+          bool last = false;  // the last final event of the submitted choices
+          int64_t used = 0;
+          {
+            std::lock_guard lock(call->mu);
+            if (e.final) {
+              used = call->used_tokens += usedTokens(e.usage);
+              last = ++call->finals == call->awaited;
+            }
+          }
+          if (last && call->ticket) admission_.settle(*call->ticket, used);
+          // With a ledger, the metering decides which event commits the entry:
+          // its count and a refusal at submit are ordered by its own mutex.
+          if (e.final && call->metered) last = call->metered->choiceEnded(i, choiceResult(e));
+          if (ended_now && !last) {
+            // The response ended before its other choices: a refusal ends it
+            // early (its siblings' work so far is billed), a failure fails it.
+            if (call->metered && e.finish_reason == serving::FinishReason::kRefused) {
+              call->metered->endedEarly(billing::EarlyEnd::kPartRefused);
+            }
+            call->cancelAll();
+          }
+          std::lock_guard lock(call->mu);
+          if (call->refused) {
+            // The refusal at submit was the response; the entry follows the last choice.
+            if (last && call->metered) call->metered->commit("", "", {});
+            return;
+          }
+          if (!call->open) return call->held.push_back({std::move(out), e.timing, last});
+          call->deliverLocked(std::move(out), e.timing, last);
+        });
+    if (!sub) {
+      // The refusal is the whole response: the choices submitted before it
+      // are withdrawn (cancelled; their final events still come).
+      bool last = false;
+      int64_t used = 0;
+      {
+        std::lock_guard lock(call->mu);
+        call->refused = true;
+        call->held.clear();
+        call->awaited = i;
+        last = call->finals == call->awaited;
+        used = call->used_tokens;
+      }
+      call->cancelAll();
+      if (last && call->ticket) admission_.settle(*call->ticket, used);
+      if (call->metered &&
+          call->metered->refusedAtSubmit(i, "refused:" + std::string(serving::refusalName(sub.refused.reason)))) {
+        call->metered->commit("", "", {});
+      }
+      return respondWithApiError(*exchange,
+                                 openai::refusalError(sub.refused.reason, sub.refused.message, plan.params, retry_));
+    }
+    std::lock_guard lock(call->mu);
+    call->handles.push_back(sub.handle);
+  }
+  exchange->onDisconnect([call](DisconnectCause cause) {
+    if (call->metered) {
+      call->metered->endedEarly(clientCaused(cause) ? billing::EarlyEnd::kClientLeft : billing::EarlyEnd::kServerStopped);
+    }
+    call->cancelAll();
+  });
+  if (call->stream) {
+    exchange->startStream(200, call->headers);
+    if (call->metered) call->metered->keep(first);
+    exchange->send(first);
+  }
+  std::lock_guard lock(call->mu);
+  call->open = true;
+  for (Call::Held& h : call->held) call->deliverLocked(std::move(h.out), h.timing, h.last);
+  call->held.clear();
+}
+
+}  // namespace lg::proxy

@@ -1,0 +1,77 @@
+#include "proxy/gateway/generation_metrics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace lg::proxy {
+
+namespace {
+
+using metrics::MetricType;
+using metrics::ExpositionWriter;
+
+double seconds(serving::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Wide enough for a CPU engine on a big model (minutes) and fine enough for a
+// GPU one (milliseconds).
+std::vector<double> ttftBuckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120};
+}
+std::vector<double> tpotBuckets() {
+  return {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2.5, 5};
+}
+std::vector<double> e2eBuckets() {
+  return {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 45, 60, 120, 300, 600, 1200};
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ GenerationMetrics
+
+GenerationMetrics::GenerationMetrics() : ttft_(ttftBuckets()), tpot_(tpotBuckets()), e2e_(e2eBuckets()) {}
+
+void GenerationMetrics::generationEnded(serving::Clock::time_point received, const serving::StreamEvent& e,
+                                        serving::Clock::time_point now) {
+  const serving::Usage& u = e.usage;
+  const serving::Timing& t = e.timing;
+  const double since_received = std::max(0.0, seconds(now - received));
+  if (u.completion_tokens > 0 && t.first_token > 0) {
+    // What happened before submit (parsing, rendering, tokenizing, waiting
+    // for the I/O thread) is the part of the wall time the engine did not see.
+    const double before_submit = std::max(0.0, since_received - t.total);
+    ttft_.observe(before_submit + t.first_token);
+  }
+  if (u.completion_tokens >= 2) tpot_.observe(t.decode / (u.completion_tokens - 1));
+  if (e.finish_reason != serving::FinishReason::kRefused) e2e_.observe(since_received);
+  auto add = [this](TokenKind k, int32_t n) {
+    if (n > 0) tokens_[k].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  };
+  add(kHitTier0, u.hit_tokens_tier0);
+  add(kHitDisk, u.hit_tokens_disk);
+  add(kMiss, u.miss_tokens);
+  add(kOutput, u.completion_tokens);
+}
+
+void GenerationMetrics::collect(ExpositionWriter& w) const {
+  w.histogram("latentgate_time_to_first_token_seconds",
+              "API generations: from the request received to the first generated token.", ttft_.snapshot());
+  w.histogram("latentgate_time_per_output_token_seconds",
+              "API generations with 2 or more output tokens: first to last token over the tokens after the first.",
+              tpot_.snapshot());
+  w.histogram("latentgate_e2e_request_latency_seconds",
+              "API generations (not those refused in the queue): from the request received to its final event.",
+              e2e_.snapshot());
+  if (w.family("latentgate_tokens_total",
+               "Tokens of API generations by kind: prompt tokens served by the cache's tier 0 or disk tier, prompt "
+               "tokens computed (cache misses), output tokens.",
+               MetricType::kCounter)) {
+    w.sample({{"kind", "prompt_hit_tier0"}}, tokens(kHitTier0));
+    w.sample({{"kind", "prompt_hit_disk"}}, tokens(kHitDisk));
+    w.sample({{"kind", "prompt_miss"}}, tokens(kMiss));
+    w.sample({{"kind", "output"}}, tokens(kOutput));
+  }
+}
+
+}  // namespace lg::proxy

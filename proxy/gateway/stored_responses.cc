@@ -1,0 +1,73 @@
+// Stored responses by id: GET and DELETE /v1/responses/{id}, and the record a
+// previous_response_id names (response_store.h). Another key's response is
+// answered exactly as an unknown id.
+#include <nlohmann/json.hpp>
+
+#include "proxy/gateway/gateway.h"
+#include "proxy/http/http_errors.h"
+#include "proxy/http/proxy_log.h"
+
+namespace lg::proxy {
+namespace {
+
+ApiError responseNotFound(std::string_view id) {
+  ApiError e = openai::invalidRequest("", "", "Response with id '" + std::string(id) + "' not found.");
+  e.http_status = 404;
+  return e;
+}
+
+std::string idOf(const HttpRequest& request) { return request.path.substr(std::string_view("/v1/responses/").size()); }
+
+}  // namespace
+
+openai::ApiResult<StoredResponse> Gateway::previousResponse(const HttpRequest& request, const billing::Principal& who,
+                                                            const std::string& id) const {
+  if (responses_ == nullptr) {
+    // No store: say so rather than answer without the context.
+    return openai::invalidRequest("previous_response_id", "previous_response_not_found",
+                                  "Stored responses are not kept by this server; send the whole conversation in "
+                                  "`input`.");
+  }
+  auto previous = responses_->get(who.key_id, id);
+  if (!previous.isOk()) {
+    proxyLog()->error("request {}: reading a stored response failed: {}", request.id, previous.status().toString());
+    return openai::internalError();
+  }
+  if (!*previous) {
+    // As OpenAI answers (400); another key's response is answered the same way.
+    return openai::invalidRequest("previous_response_id", "previous_response_not_found",
+                                  "Previous response with id '" + id + "' not found.");
+  }
+  return std::move(**previous);
+}
+
+void Gateway::getResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
+                          const billing::Principal& who) const {
+  const std::string id = idOf(request);
+  if (responses_ == nullptr) return respondWithApiError(*exchange, responseNotFound(id));
+  auto found = responses_->get(who.key_id, id);
+  if (!found.isOk()) {
+    proxyLog()->error("request {}: reading a stored response failed: {}", request.id, found.status().toString());
+    return respondWithApiError(*exchange, openai::internalError());
+  }
+  if (!*found) return respondWithApiError(*exchange, responseNotFound(id));
+  exchange->respond(200, jsonHeaders(),
+                    (*found)->response.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void Gateway::deleteResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
+                             const billing::Principal& who) const {
+  const std::string id = idOf(request);
+  if (responses_ == nullptr) return respondWithApiError(*exchange, responseNotFound(id));
+  // A synced write (on the blocking pool): a deleted response must stay
+  // deleted after a crash.
+  auto removed = responses_->remove(who.key_id, id);
+  if (!removed.isOk()) {
+    proxyLog()->error("request {}: deleting a stored response failed: {}", request.id, removed.status().toString());
+    return respondWithApiError(*exchange, openai::internalError());
+  }
+  if (!*removed) return respondWithApiError(*exchange, responseNotFound(id));
+  exchange->respond(200, jsonHeaders(), nlohmann::json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump());
+}
+
+}  // namespace lg::proxy

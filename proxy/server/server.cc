@@ -1,0 +1,243 @@
+#include "proxy/server/server.h"
+
+#include "billing/ledger_metrics.h"
+#include "billing/metering.h"
+#include "billing/prompt_fingerprint.h"
+#include "cache/cache_config.h"
+#include "common/metrics.h"
+#include "common/unix_time.h"
+#include "proxy/admin/billing_api.h"
+#include "proxy/admin/budget_api.h"
+#include "proxy/admin/keys_api.h"
+#include "proxy/admin/metrics_route.h"
+#include "proxy/admin/shared_prefixes.h"
+#include "proxy/dashboard/dashboard.h"
+#include "proxy/gateway/admission.h"
+#include "proxy/gateway/gateway.h"
+#include "proxy/gateway/generation.h"
+#include "proxy/gateway/generation_metrics.h"
+#include "proxy/gateway/response_store.h"
+#include "proxy/http/blocking_pool.h"
+#include "proxy/http/health_routes.h"
+#include "proxy/http/http_server.h"
+#include "proxy/http/request_metrics.h"
+#include "proxy/http/router.h"
+#include "proxy/http/server_config.h"
+#include "proxy/openai/prompt_encoder.h"
+#include "serving/serving_config.h"
+#include "serving/serving_metrics.h"
+
+namespace lg::proxy {
+
+// Declared in the order they are built; destroyed in reverse, so that the
+// HTTP server and the scheduler go before what their handlers and sinks use,
+// and the budgets outlive the ledger whose last commits settle them.
+struct Server::Parts {
+  Config config;
+  EngineParts engine;
+  ServerHooks hooks;
+
+  metrics::Registry registry;
+  GenerationMetrics generation_metrics;
+  billing::LedgerMetrics ledger_metrics;
+
+  std::unique_ptr<billing::BillingDb> db;
+  std::unique_ptr<billing::KeyStore> keys;
+  std::optional<billing::AdminKey> admin;
+  std::string admin_path;
+  bool admin_created = false;
+  std::unique_ptr<ResponseStore> responses;
+  std::unique_ptr<billing::PriceBook> prices;
+  std::optional<billing::SystemPromptFingerprinter> fingerprints;
+  std::unique_ptr<billing::Budgets> budgets;  // observes the ledger: opened after it, but must outlive it
+  std::unique_ptr<billing::Ledger> ledger;
+  std::unique_ptr<billing::RateLimiter> rate_limiter;
+  std::unique_ptr<billing::Metering> metering;
+
+  TlsMaterial tls;
+  HttpServerOptions server_options;
+  std::unique_ptr<openai::PromptEncoder> encoder;
+  std::unique_ptr<Admission> admission;
+  Router router;
+  std::unique_ptr<RequestMetrics> request_metrics;
+
+  // The engine thread's users from here on: the scheduler goes before them
+  // (its sinks call the generation call, the gateway's responder and the
+  // stored responses), and the server before the scheduler.
+  std::unique_ptr<Generation> generation;
+  std::unique_ptr<Gateway> gateway;
+  std::unique_ptr<KeysApi> keys_api;
+  std::unique_ptr<BillingApi> billing_api;
+  std::unique_ptr<BudgetApi> budget_api;
+  std::unique_ptr<SharedPrefixPublisher> shared_prefixes;
+  std::unique_ptr<Dashboard> dashboard;
+  // Runs what is still queued when it is destroyed: after the server
+  // stopped, before what the routes' handlers use.
+  std::unique_ptr<BlockingPool> blocking_pool;
+  std::unique_ptr<serving::Scheduler> scheduler;
+  std::unique_ptr<HttpServer> server;
+  bool stopped = false;
+
+  Status build();
+  Status openBilling();
+  void addRoutes();
+};
+
+Status Server::Parts::openBilling() {
+  LG_ASSIGN_OR_RETURN(db, billing::BillingDb::open(config.data_dir + "/billing"));
+  LG_ASSIGN_OR_RETURN(keys, billing::KeyStore::open(*db));
+  admin_path = config.data_dir + "/admin.key";
+  LG_ASSIGN_OR_RETURN(billing::AdminKey a, billing::AdminKey::loadOrCreate(config.admin_key, admin_path, &admin_created));
+  admin.emplace(std::move(a));
+  ResponseStoreOptions response_options;
+  response_options.ttl_s = config.server.stored_response_ttl_s;
+  responses = std::make_unique<ResponseStore>(*db, response_options);
+  // What expired while the server was down; later sweeps ride on new records.
+  for (;;) {
+    LG_ASSIGN_OR_RETURN(int64_t swept, responses->sweepExpired(1000));
+    if (swept < 1000) break;
+  }
+  // Prices (billing.prices, recorded as a new version when they changed) and
+  // the ledger; then budgets, which sum what was spent from the ledger before
+  // it takes any commit and count every later one.
+  const int64_t now_us = unixMicros();
+  LG_ASSIGN_OR_RETURN(prices, billing::PriceBook::open(*db, billing::PriceTable::fromSetting(config.billing.prices), now_us));
+  LG_ASSIGN_OR_RETURN(billing::SystemPromptFingerprinter f, billing::SystemPromptFingerprinter::open(*db));
+  fingerprints.emplace(std::move(f));
+  billing::LedgerOptions ledger_options;
+  ledger_options.metrics = &ledger_metrics;
+  ledger_options.idempotency_ttl_s = config.billing.idempotency_ttl_s;
+  LG_ASSIGN_OR_RETURN(ledger, billing::Ledger::open(*db, ledger_options));
+  LG_ASSIGN_OR_RETURN(budgets, billing::Budgets::open(*db, *ledger, {config.billing.key_budget, config.billing.team_budget},
+                                                      now_us / 1'000'000));
+  billing::RateLimitOptions limits;
+  limits.per_key = {config.limits.key_requests_per_minute, config.limits.key_tokens_per_minute};
+  limits.per_team = {config.limits.team_requests_per_minute, config.limits.team_tokens_per_minute};
+  rate_limiter = std::make_unique<billing::RateLimiter>(limits);
+  metering = std::make_unique<billing::Metering>(
+      billing::MeteringServices{ledger.get(), prices.get(), budgets.get(), &*fingerprints});
+  return Status::ok();
+}
+
+Status Server::Parts::build() {
+  LG_RETURN_IF_ERROR(openBilling());
+  LG_ASSIGN_OR_RETURN(server_options, loadHttpServerOptions(config, &tls));
+  LG_ASSIGN_OR_RETURN(std::optional<billing::AdminKey> metrics_token, Admission::metricsToken(config.server.metrics_token));
+  admission = std::make_unique<Admission>(*keys, *admin, std::move(metrics_token), *rate_limiter, *metering);
+
+  // cache.shared_namespaces: the cache lets each granted team read its
+  // shared namespaces, and the gateway names them in the team's lookups.
+  LG_ASSIGN_OR_RETURN(std::vector<cache::SharedGrant> grants, cache::sharedGrants(config));
+  const serving::SchedulerOptions scheduler_options =
+      engine.scheduler ? *engine.scheduler : serving::schedulerOptions(config, engine.backend->config());
+  LG_ASSIGN_OR_RETURN(scheduler, serving::Scheduler::create(*engine.backend, engine.cache, *engine.tokenizer,
+                                                             scheduler_options));
+  encoder = std::make_unique<openai::PromptEncoder>(*engine.chat_template, *engine.tokenizer);
+  generation = std::make_unique<Generation>(*scheduler, *admission, &generation_metrics, openai::RetryAfter{});
+
+  GatewayOptions gateway_options;
+  gateway_options.model_id = engine.model_id;
+  gateway_options.aliases = {"deepseek-chat", "deepseek-reasoner"};
+  gateway_options.max_context = engine.backend->maxContext();
+  gateway_options.limits.max_stop_strings = config.serving.max_stop_strings;
+  gateway_options.limits.default_max_tokens = config.server.default_max_tokens;
+  if (engine.cache != nullptr) gateway_options.shared_namespaces = cache::applySharedGrants(grants, *engine.cache);
+  gateway = std::make_unique<Gateway>(gateway_options, *admission, *generation, *engine.tokenizer, *encoder,
+                                      responses.get());
+  keys_api = std::make_unique<KeysApi>(*keys, *admission);
+  billing_api = std::make_unique<BillingApi>(*ledger, *prices, *keys, *admission, budgets.get());
+  budget_api = std::make_unique<BudgetApi>(*budgets, *keys, *admission);
+  // Publishing into a shared namespace needs the cache (cache.enabled).
+  if (engine.cache != nullptr) {
+    SharedPrefixOptions o;
+    o.model_id = engine.model_id;
+    o.block_tokens = config.cache.block_tokens;
+    o.limits = gateway_options.limits;
+    for (const cache::SharedGrant& g : grants) o.namespaces.push_back(g.shared);
+    shared_prefixes = std::make_unique<SharedPrefixPublisher>(o, *generation, *engine.cache, *encoder, *admission);
+  }
+  // The dashboard: the ledger's numbers as the usage API shows them, the
+  // budgets, the limits' buckets, and the memory picture /metrics reads.
+  const serving::MemoryFacts memory{engine.backend->model().checkpointBytes(),
+                                    static_cast<uint64_t>(engine.backend->latentLayout().blockBytes())};
+  DashboardOptions dashboard_options;
+  dashboard_options.clock_us = hooks.clock_us;
+  dashboard = std::make_unique<Dashboard>(*ledger, *keys, *admission, budgets.get(), rate_limiter.get(),
+                                          DashboardMemorySources{scheduler.get(), engine.cache, memory},
+                                          dashboard_options);
+
+  // Each part registers its own metric families; /metrics only collects.
+  serving::addEngineCollectors(registry, *scheduler, engine.cache, memory);
+  registry.add([this](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
+  registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
+  registry.add([this](metrics::ExpositionWriter& w) { budgets->collect(w); });
+  addRoutes();
+  registry.add([this](metrics::ExpositionWriter& w) { request_metrics->collect(w); });
+
+  LG_ASSIGN_OR_RETURN(server, HttpServer::start(server_options, request_metrics->handler()));
+  registry.add([this](metrics::ExpositionWriter& w) { collectHttpServerStats(w, server->stats()); });
+  return Status::ok();
+}
+
+void Server::Parts::addRoutes() {
+  // The admin API's synced writes and scans wait here, not on an I/O thread.
+  blocking_pool = std::make_unique<BlockingPool>();
+  router.setBlockingPool(blocking_pool.get());
+  addHealthRoutes(router, [] { return Readiness{true, ""}; });
+  gateway->addRoutes(router);
+  keys_api->addRoutes(router);
+  billing_api->addRoutes(router);
+  budget_api->addRoutes(router);
+  if (shared_prefixes) shared_prefixes->addRoutes(router);
+  dashboard->addRoutes(router);
+  addMetricsRoute(router, registry, *admission);
+  // Counts every request by route and status; built once every route is added.
+  request_metrics = std::make_unique<RequestMetrics>(router);
+}
+
+Result<std::unique_ptr<Server>> Server::start(const Config& config, EngineParts engine, ServerHooks hooks) {
+  auto parts = std::make_unique<Parts>();
+  parts->config = config;
+  parts->engine = std::move(engine);
+  parts->hooks = std::move(hooks);
+  LG_RETURN_IF_ERROR(parts->build());
+  return std::unique_ptr<Server>(new Server(std::move(parts)));
+}
+
+Server::Server(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+
+Server::~Server() { stop(std::chrono::milliseconds(0)); }
+
+void Server::stop(std::chrono::milliseconds grace) {
+  if (parts_->stopped) return;
+  parts_->stopped = true;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  // The scheduler refuses what waits; running streams finish or are cancelled.
+  parts_->scheduler->shutdown(grace);
+  parts_->server->stop(deadline);
+}
+
+uint16_t Server::port() const { return parts_->server->port(); }
+
+std::string Server::url() const {
+  const HttpServerOptions& o = parts_->server_options;
+  const std::string host = o.host == "0.0.0.0" || o.host == "::" ? "127.0.0.1" : o.host;
+  return std::string(o.plain_http ? "http" : "https") + "://" +
+         (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port());
+}
+
+const TlsMaterial& Server::tls() const { return parts_->tls; }
+bool Server::plainHttp() const { return parts_->server_options.plain_http; }
+const std::string& Server::adminKeyPath() const { return parts_->admin_path; }
+bool Server::adminKeyCreated() const { return parts_->admin_created; }
+serving::Scheduler& Server::scheduler() { return *parts_->scheduler; }
+billing::KeyStore& Server::keys() { return *parts_->keys; }
+billing::Ledger& Server::ledger() { return *parts_->ledger; }
+billing::Budgets& Server::budgets() { return *parts_->budgets; }
+billing::PriceBook& Server::prices() { return *parts_->prices; }
+billing::RateLimiter& Server::rateLimiter() { return *parts_->rate_limiter; }
+const billing::Metering& Server::metering() const { return *parts_->metering; }
+DashboardSessions& Server::dashboardSessions() { return parts_->dashboard->sessions(); }
+HttpServerStats Server::httpStats() const { return parts_->server->stats(); }
+
+}  // namespace lg::proxy

@@ -1,0 +1,520 @@
+// The cost dashboard (proxy/dashboard/dashboard.h) through the whole server
+// as `latentgate serve` builds it (the integration harness, harness.h), over
+// TLS: entries committed through the server's own ledger (so the counters
+// and budgets are the ones the gateway would have moved), a team budget set
+// through its budgets, per-minute limits from the configuration, and the
+// memory picture of its real scheduler and cache. Requests go through curl,
+// as a browser's would (cookies in headers).
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "billing/ledger.h"
+#include "billing/prices.h"
+#include "common/unix_time.h"
+#include "proxy/admin/budget_api.h"
+#include "proxy/dashboard/dashboard.h"
+#include "serving/serving_metrics.h"
+#include "tests/integration/curl_client.h"
+#include "tests/integration/harness.h"
+
+namespace lg::proxy {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+constexpr int64_t kUs = 1'000'000;
+constexpr const char* kSourceDir = LG_ASSETS_DIR "/..";
+
+struct Reply : testing::CurlReply {
+  json parsed() const { return json::parse(body, nullptr, false); }
+};
+
+class DashboardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clock_us_ = unixMicros();
+    test::HarnessOptions options;
+    // Small limits refill slowly (tokens 0.1/s, requests 0.05/s): what they
+    // leave stays a whole number for the few seconds the test takes.
+    options.config.limits.key_requests_per_minute = 3;
+    options.config.limits.key_tokens_per_minute = 6;
+    options.config.limits.team_tokens_per_minute = 50'000;
+    options.hooks.clock_us = [this] { return clock_us_.load(); };
+    auto started = test::Harness::start(std::move(options));
+    ASSERT_TRUE(started.isOk()) << started.status().toString();
+    harness_ = std::move(started).value();
+    admin_key_ = harness_->adminKey();
+    for (const auto& [team, name] : {std::pair{"team-a", "alice"}, {"team-a", "andy"}, {"team-b", "bob"},
+                                     {"team-a", "idle-anna"}}) {
+      auto created = server().keys().create(team, name);
+      ASSERT_TRUE(created.isOk()) << created.status().toString();
+      ids_[name] = created->first.id;
+      secrets_[name] = created->second;
+    }
+    // Team A spends against $5 in total.
+    BudgetSetting budget;
+    budget.enabled = true;
+    budget.limit = 5'000'000'000'000;
+    budget.period = BudgetPeriodSetting::kTotal;
+    budget.soft_limit = budget.limit;
+    ASSERT_TRUE(server().budgets().set(billing::BudgetScope::kTeam, "team-a", budget).isOk());
+
+    // Usage: alice and andy (team-a) with prompt A, bob (team-b) with prompt
+    // B; one of alice's two days ago (in 7d, not in 24h); a refused one.
+    const int64_t now = clock_us_.load();
+    commit("alice", kPromptA, now - 20 * 60 * kUs, 0, 900, 5);
+    commit("alice", kPromptA, now - 10 * 60 * kUs, 896, 13, 4);
+    commit("andy", kPromptA, now - 5 * 60 * kUs, 896, 20, 7);
+    commit("alice", "", now - 3 * 60 * kUs, 0, 40, 3);
+    commit("bob", kPromptB, now - 15 * 60 * kUs, 0, 850, 4);
+    commit("bob", kPromptB, now - 2 * 60 * kUs, 832, 16, 4);
+    commit("bob", kPromptB, now - 60 * kUs, 0, 30, 0, billing::EntryStatus::kRefused);
+    commit("alice", kPromptA, now - 2 * 86400 * kUs, 512, 100, 9);
+    ASSERT_TRUE(server().rateLimiter().admit(ids_["alice"], "team-a", 3).allowed);
+  }
+
+  Server& server() { return harness_->server(); }
+  std::string fingerprint(const std::string& prompt) {
+    return server().metering().systemPromptFingerprint({{"system", prompt}});
+  }
+
+  void commit(const std::string& who, const std::string& prompt_text, int64_t start_us, int64_t hit, int64_t miss,
+              int64_t output, billing::EntryStatus status = billing::EntryStatus::kCompleted) {
+    billing::LedgerEntry e;
+    e.request_id = "req_" + std::to_string(++entries_);
+    e.response_id = "chatcmpl-" + std::to_string(entries_);
+    e.key_id = ids_[who];
+    e.team = who == "bob" ? "team-b" : "team-a";
+    e.model = "demo";
+    e.requested_model = "deepseek-chat";
+    e.endpoint = "/v1/chat/completions";
+    e.system_prompt =
+        prompt_text.empty() ? "" : fingerprint(prompt_text);
+    e.start_us = start_us;
+    e.end_us = start_us + 40'000;
+    e.ttft_us = 12'500;
+    e.hit_tokens_tier0 = hit;
+    e.miss_tokens = miss;
+    e.prompt_tokens = hit + miss;
+    e.output_tokens = output;
+    e.prices = server().prices().at("demo", start_us);
+    e.status = status;
+    e.finish_reason = status == billing::EntryStatus::kRefused ? "refused:queue_full" : "length";
+    e.price();
+    std::promise<Status> done;
+    if (e.team == "team-a") team_a_spent_ += e.cost.total();
+    server().ledger().commit(std::move(e), std::nullopt, [&](Status s) { done.set_value(std::move(s)); });
+    Status s = done.get_future().get();
+    ASSERT_TRUE(s.isOk()) << s.toString();
+  }
+
+  Reply curl(const std::string& method, const std::string& path, std::vector<std::string> extra = {}) {
+    Reply reply{testing::curlOverTls(harness_->caFile(), harness_->port(), method, path, extra, 60)};
+    seen_ += reply.head + "\n" + reply.body + "\n";
+    return reply;
+  }
+  Reply signIn(const std::string& body, std::vector<std::string> extra = {}) {
+    extra.insert(extra.end(), {"-H", "content-type: application/json", "--data-binary", body});
+    return curl("POST", "/dashboard/session", extra);
+  }
+  // Signs in with `key`; the session token from Set-Cookie.
+  std::string sessionFor(const std::string& key) {
+    const Reply r = signIn(json{{"key", key}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    const auto cookie = r.header("set-cookie");
+    EXPECT_TRUE(cookie.has_value()) << r.head;
+    if (!cookie) return "";
+    const std::string prefix = "lg_dashboard=";
+    EXPECT_EQ(cookie->rfind(prefix, 0), 0u) << *cookie;
+    std::string token = cookie->substr(prefix.size(), cookie->find(';') - prefix.size());
+    tokens_.push_back(token);
+    return token;
+  }
+  Reply overview(const std::string& token, const std::string& query = "range=24h") {
+    return curl("GET", "/dashboard/api/overview?" + query, {"-H", "Cookie: lg_dashboard=" + token});
+  }
+  json adminGet(const std::string& path) {
+    const Reply r = curl("GET", path, {"-H", "Authorization: Bearer " + admin_key_});
+    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+    return r.parsed();
+  }
+  static void expectApiError(const Reply& r, int status, const std::string& code) {
+    EXPECT_EQ(r.status, status) << r.body;
+    const json e = r.parsed();
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << r.body;
+    EXPECT_EQ(e["error"]["code"], code) << r.body;
+    EXPECT_TRUE(e["error"]["message"].is_string() && !e["error"]["message"].get<std::string>().empty());
+    EXPECT_FALSE(r.header("set-cookie").has_value()) << r.head;
+    EXPECT_EQ(r.header("cache-control"), "no-store");
+  }
+
+  static constexpr const char* kPromptA = "You are team A's research agent.";
+  static constexpr const char* kPromptB = "You are team B's support agent.";
+
+  std::unique_ptr<test::Harness> harness_;
+  std::string admin_key_;
+  std::map<std::string, std::string> ids_, secrets_;
+  std::atomic<int64_t> clock_us_{0};
+  Int128 team_a_spent_ = 0;
+  int entries_ = 0;
+  std::vector<std::string> tokens_;
+  std::string seen_;  // every response's head and body, for the no-secrets check
+};
+
+std::string readSource(const std::string& relative) {
+  std::ifstream in(std::string(kSourceDir) + "/" + relative, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void expectSecurityHeaders(const Reply& r, const std::string& what) {
+  EXPECT_EQ(r.header("content-security-policy"),
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+            "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+      << what;
+  EXPECT_EQ(r.header("x-content-type-options"), "nosniff") << what;
+  EXPECT_EQ(r.header("referrer-policy"), "no-referrer") << what;
+  EXPECT_EQ(r.header("x-frame-options"), "DENY") << what;
+  EXPECT_EQ(r.header("cache-control"), "no-store") << what;
+}
+
+// ------------------------------------------------------------------ assets
+
+TEST_F(DashboardTest, ThePageIsServedFromTheBinaryWithItsSecurityHeaders) {
+  const std::pair<const char*, const char*> assets[] = {
+      {"/dashboard", "text/html; charset=utf-8"},        {"/dashboard/", "text/html; charset=utf-8"},
+      {"/dashboard/app.js", "text/javascript; charset=utf-8"}, {"/dashboard/app.css", "text/css; charset=utf-8"},
+      {"/dashboard/favicon.svg", "image/svg+xml"}};
+  for (const auto& [path, type] : assets) {
+    const Reply r = curl("GET", path);
+    EXPECT_EQ(r.status, 200) << path;
+    EXPECT_EQ(r.header("content-type"), type) << path;
+    expectSecurityHeaders(r, path);
+    // The bytes compiled in are the source files' (the build embeds them again when they change).
+    std::string file = std::string(path) == "/dashboard" || std::string(path) == "/dashboard/"
+                           ? "index.html" : std::string(path).substr(std::string("/dashboard/").size());
+    EXPECT_EQ(r.body, readSource("proxy/dashboard/" + file)) << path;
+  }
+  // No inline script, style or event handler for the CSP to refuse.
+  const std::string html = curl("GET", "/dashboard").body;
+  std::smatch m;
+  std::string rest = html;
+  int scripts = 0;
+  while (std::regex_search(rest, m, std::regex("<script([^>]*)>([^<]*)</script>", std::regex::icase))) {
+    EXPECT_NE(m[1].str().find("src=\"/dashboard/"), std::string::npos) << m[0];
+    EXPECT_EQ(m[2].str(), "") << "inline script: " << m[0];
+    ++scripts;
+    rest = m.suffix();
+  }
+  EXPECT_EQ(scripts, 1);
+  EXPECT_EQ(html.find("<style"), std::string::npos);
+  EXPECT_FALSE(std::regex_search(html, std::regex("\\sstyle\\s*=", std::regex::icase)));
+  EXPECT_FALSE(std::regex_search(html, std::regex("\\son[a-z]+\\s*=", std::regex::icase)));
+  EXPECT_FALSE(std::regex_search(html, std::regex("(src|href)=\"(https?:)?//", std::regex::icase)))
+      << "the page loads nothing from elsewhere";
+  // The form posts its key in the body, never as a query string.
+  EXPECT_NE(html.find("<form id=\"signin-form\" data-testid=\"signin-form\" method=\"post\" action=\"/dashboard/session\""),
+            std::string::npos);
+  EXPECT_EQ(curl("GET", "/dashboard/nope").status, 404);
+}
+
+// ---------------------------------------------------------------- sessions
+
+TEST_F(DashboardTest, TheAdminKeyAndATeamKeySignIn) {
+  const Reply r = signIn(json{{"key", admin_key_}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  expectSecurityHeaders(r, "sign-in");
+  const std::string cookie = r.header("set-cookie").value_or("");
+  EXPECT_TRUE(std::regex_match(cookie, std::regex("lg_dashboard=[A-Za-z0-9_-]{43}; HttpOnly; Secure; SameSite=Strict; "
+                                                  "Path=/dashboard; Max-Age=28800")))
+      << cookie;
+  EXPECT_EQ(r.parsed()["viewer"], json({{"role", "admin"}}));
+  EXPECT_EQ(r.parsed()["expires_at"], clock_us_.load() / kUs + 8 * 3600);
+  EXPECT_EQ(server().dashboardSessions().size(), 1u);
+  const std::string admin_token = cookie.substr(13, 43);
+  EXPECT_EQ(curl("GET", "/dashboard/session", {"-H", "Cookie: lg_dashboard=" + admin_token}).parsed()["viewer"]["role"],
+            "admin");
+  EXPECT_EQ(curl("GET", "/dashboard/session").parsed()["viewer"], nullptr);
+
+  const json admin_view = overview(admin_token).parsed();
+  EXPECT_EQ(admin_view["viewer"]["role"], "admin");
+  EXPECT_TRUE(admin_view.contains("teams") && admin_view.contains("memory"));
+
+  const std::string team_token = sessionFor(secrets_["alice"]);
+  EXPECT_EQ(server().dashboardSessions().size(), 2u);
+  const Reply tv = overview(team_token);
+  ASSERT_EQ(tv.status, 200) << tv.body;
+  const json team_view = tv.parsed();
+  EXPECT_EQ(team_view["viewer"], json({{"role", "team"}, {"team", "team-a"}, {"key_id", ids_["alice"]}, {"key_name", "alice"}}));
+  // The team lead's view: every key of the team, its idle one too.
+  std::set<std::string> shown;
+  for (const json& k : team_view["keys"]) shown.insert(k["key_id"]);
+  EXPECT_EQ(shown, (std::set<std::string>{ids_["alice"], ids_["andy"], ids_["idle-anna"]}));
+  EXPECT_FALSE(team_view.contains("teams"));
+  EXPECT_FALSE(team_view.contains("memory"));
+  // Scripts: the same with a Bearer key instead of the cookie.
+  const Reply bearer = curl("GET", "/dashboard/api/overview?range=24h", {"-H", "Authorization: Bearer " + secrets_["alice"]});
+  ASSERT_EQ(bearer.status, 200);
+  json a = bearer.parsed(), b = team_view;
+  for (json* o : {&a, &b}) {
+    o->erase("generated_at");
+    for (json& k : (*o)["keys"]) k.erase("rate_limits");  // reset_s moves with the clock
+  }
+  EXPECT_EQ(a, b);
+
+  // Signing out ends the session, and the browser is told to forget the cookie.
+  const Reply out = curl("DELETE", "/dashboard/session", {"-H", "Cookie: lg_dashboard=" + team_token});
+  EXPECT_EQ(out.status, 200);
+  EXPECT_EQ(out.parsed()["deleted"], true);
+  EXPECT_EQ(out.header("set-cookie"), "lg_dashboard=; HttpOnly; Secure; SameSite=Strict; Path=/dashboard; Max-Age=0");
+  expectApiError(overview(team_token), 401, "invalid_api_key");
+  EXPECT_EQ(curl("DELETE", "/dashboard/session", {"-H", "Cookie: lg_dashboard=" + team_token}).parsed()["deleted"], false);
+  EXPECT_EQ(server().dashboardSessions().size(), 1u);
+  EXPECT_EQ(overview(admin_token).status, 200) << "another session is untouched";
+}
+
+TEST_F(DashboardTest, BadSignInsAreRefusedClearlyAndCreateNothing) {
+  struct Case {
+    std::string body;
+    std::vector<std::string> headers;
+    int status;
+    std::string code;
+  };
+  const std::string port = std::to_string(harness_->port());
+  const std::vector<Case> cases = {
+      {json{{"key", "lg-not-a-key-at-all"}}.dump(), {}, 401, "invalid_api_key"},
+      {json{{"key", admin_key_ + "x"}}.dump(), {}, 401, "invalid_api_key"},
+      {json{{"key", secrets_["alice"].substr(0, 20)}}.dump(), {}, 401, "invalid_api_key"},
+      {json{{"key", ""}}.dump(), {}, 400, "invalid_value"},
+      {"", {}, 400, "invalid_json"},
+      {"{\"key\": ", {}, 400, "invalid_json"},
+      {"[\"" + admin_key_ + "\"]", {}, 400, "invalid_json"},
+      {"{\"key\": 5}", {}, 400, "invalid_json"},
+      {"{}", {}, 400, "invalid_json"},
+      {json{{"key", admin_key_}, {"remember", true}}.dump(), {}, 400, "invalid_json"},
+      {json{{"key", std::string(9000, 'k')}}.dump(), {}, 400, "invalid_json"},
+      {"key=" + admin_key_, {"-H", "content-type: application/x-www-form-urlencoded"}, 415, "unsupported_media_type"},
+      {json{{"key", admin_key_}}.dump(), {"-H", "Origin: https://evil.example"}, 403, "cross_origin"},
+      {json{{"key", admin_key_}}.dump(), {"-H", "Origin: https://127.0.0.1:1" + port}, 403, "cross_origin"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> extra = c.headers;
+    if (c.headers.empty() || c.headers[1].rfind("Origin", 0) == 0) {
+      extra.insert(extra.end(), {"-H", "content-type: application/json"});
+    }
+    extra.insert(extra.end(), {"--data-binary", c.body});
+    const Reply r = curl("POST", "/dashboard/session", extra);
+    SCOPED_TRACE(c.body.substr(0, 60));
+    expectApiError(r, c.status, c.code);
+    // The error names nothing the client sent.
+    if (c.body.size() > 12) {
+      EXPECT_EQ(r.body.find(c.body.substr(c.body.size() / 2, 8)), std::string::npos) << r.body;
+    }
+  }
+  EXPECT_EQ(server().dashboardSessions().size(), 0u);
+  // The page's own origin may sign in.
+  const Reply ok = signIn(json{{"key", admin_key_}}.dump(), {"-H", "Origin: https://127.0.0.1:" + port});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(server().dashboardSessions().size(), 1u);
+}
+
+TEST_F(DashboardTest, MissingGarbageUnknownExpiredAndRevokedSessionsAre401) {
+  const auto expect401 = [&](const Reply& r, const std::string& says) {
+    expectApiError(r, 401, "invalid_api_key");
+    EXPECT_NE(r.parsed()["error"]["message"].get<std::string>().find(says), std::string::npos) << r.body;
+  };
+  expect401(curl("GET", "/dashboard/api/overview"), "Not signed in");
+  expect401(overview(""), "Not signed in");
+  expect401(overview("garbage"), "malformed");
+  expect401(overview(std::string(43, '*')), "malformed");
+  expect401(overview(std::string(44, 'A')), "malformed");
+  expect401(overview(std::string(43, 'A')), "expired or was signed out");
+  expect401(curl("GET", "/dashboard/api/overview", {"-H", "Authorization: Bearer nope"}), "Incorrect API key");
+  expect401(curl("GET", "/dashboard/api/overview", {"-H", "Authorization: " + admin_key_}), "Incorrect API key");
+
+  const std::string token = sessionFor(admin_key_);
+  EXPECT_EQ(overview(token).status, 200);
+  // Another cookie beside it, quoted or not, does not confuse the lookup.
+  EXPECT_EQ(curl("GET", "/dashboard/api/overview", {"-H", "Cookie: theme=dark; lg_dashboard=\"" + token + "\"; x=1"}).status,
+            200);
+  // 8 hours later the session is gone.
+  clock_us_ += 8 * 3600 * kUs - kUs;
+  EXPECT_EQ(overview(token).status, 200);
+  clock_us_ += kUs;
+  expect401(overview(token), "expired");
+  EXPECT_EQ(server().dashboardSessions().size(), 0u);
+
+  // A revoked key ends the sessions it opened.
+  const std::string andy = sessionFor(secrets_["andy"]);
+  EXPECT_EQ(overview(andy).status, 200);
+  ASSERT_TRUE(server().keys().revoke(ids_["andy"]).isOk());
+  expect401(overview(andy), "revoked");
+  EXPECT_EQ(server().dashboardSessions().size(), 0u);
+}
+
+// ------------------------------------------------------------------- numbers
+
+// The usage API's fields of a dashboard row (the dashboard adds its own).
+json usageFields(json row) {
+  for (const char* extra : {"revoked", "created", "budget", "rate_limits", "keys"}) row.erase(extra);
+  return row;
+}
+
+TEST_F(DashboardTest, TheNumbersAreTheUsageApisForTheSameRange) {
+  const std::string admin = sessionFor(admin_key_);
+  for (const std::string range : {"24h", "7d", "30d"}) {
+    SCOPED_TRACE(range);
+    const json o = overview(admin, "range=" + range).parsed();
+    const std::string span = "from=" + std::to_string(o["from"].get<int64_t>()) + "&to=" + std::to_string(o["to"].get<int64_t>());
+    EXPECT_EQ(o["to"].get<int64_t>() - o["from"].get<int64_t>(), range == "24h" ? 86400 : range == "7d" ? 7 * 86400 : 30 * 86400);
+    EXPECT_EQ(o["totals"], adminGet("/admin/usage?" + span)["totals"]);
+    EXPECT_EQ(o["series"], adminGet("/admin/usage?" + span + "&granularity=" + o["granularity"].get<std::string>())["data"]);
+    std::map<std::string, json> keys, teams, prompts;
+    for (const json& k : o["keys"]) keys[k["key_id"]] = usageFields(k);
+    for (const json& t : o["teams"]) teams[t["team"]] = usageFields(t);
+    for (const json& p : o["system_prompts"]) prompts[p["system_prompt"]] = p;
+    for (const json& row : adminGet("/admin/usage?" + span + "&group_by=key")["data"]) EXPECT_EQ(keys.at(row["key_id"]), row);
+    for (const json& row : adminGet("/admin/usage?" + span + "&group_by=team")["data"]) EXPECT_EQ(teams.at(row["team"]), row);
+    for (const json& row : adminGet("/admin/usage?" + span + "&group_by=system_prompt")["data"]) {
+      if (!row["system_prompt"].is_null()) {
+        EXPECT_EQ(prompts.at(row["system_prompt"]), row);
+      }
+    }
+    // Keys without usage are listed with zeros.
+    EXPECT_EQ(keys.at(ids_["idle-anna"])["requests"], 0);
+    EXPECT_EQ(keys.at(ids_["idle-anna"])["cost_total"], "0");
+  }
+  // Two days ago: in the 7 days, not in the 24 hours.
+  EXPECT_EQ(overview(admin, "range=24h").parsed()["totals"]["requests"], 7);
+  EXPECT_EQ(overview(admin, "range=7d").parsed()["totals"]["requests"], 8);
+
+  // A team's numbers are /admin/usage with its team.
+  const json t = overview(sessionFor(secrets_["bob"])).parsed();
+  const std::string span = "from=" + std::to_string(t["from"].get<int64_t>()) + "&to=" + std::to_string(t["to"].get<int64_t>());
+  EXPECT_EQ(t["totals"], adminGet("/admin/usage?" + span + "&team=team-b")["totals"]);
+  EXPECT_EQ(t["series"], adminGet("/admin/usage?" + span + "&team=team-b&granularity=hour")["data"]);
+  EXPECT_EQ(usageFields(t["keys"][0]), adminGet("/admin/usage?" + span + "&team=team-b&group_by=key")["data"][0]);
+  EXPECT_EQ(t["totals"]["requests"], 3);
+  EXPECT_EQ(t["totals"]["refused_requests"], 1);
+
+  // Custom ranges: from/to/granularity as /admin/usage takes them; bad ones are 400s.
+  const json c = overview(admin, span + "&granularity=day").parsed();
+  EXPECT_EQ(c["range"], "custom");
+  EXPECT_EQ(c["granularity"], "day");
+  EXPECT_EQ(c["totals"], adminGet("/admin/usage?" + span)["totals"]);
+  expectApiError(overview(admin, "range=1y"), 400, "invalid_value");
+  expectApiError(overview(admin, "from=yesterday"), 400, "invalid_value");
+  expectApiError(overview(admin, "granularity=week"), 400, "invalid_value");
+}
+
+TEST_F(DashboardTest, ATeamSeesItsTeamOnlyAndTheAdminEverything) {
+  const json a = overview(sessionFor(secrets_["alice"])).parsed();
+  const std::string raw_b = overview(sessionFor(secrets_["bob"])).body;
+  const std::string raw_a = a.dump();
+  const std::string fp_a = fingerprint(kPromptA);
+  const std::string fp_b = fingerprint(kPromptB);
+  for (const std::string& other : {ids_["bob"], std::string("\"bob\""), std::string("team-b"), fp_b}) {
+    EXPECT_EQ(raw_a.find(other), std::string::npos) << other;
+  }
+  for (const std::string& other : {ids_["alice"], ids_["andy"], ids_["idle-anna"], std::string("team-a"), fp_a}) {
+    EXPECT_EQ(raw_b.find(other), std::string::npos) << other;
+  }
+  for (const char* section : {"keys", "system_prompts", "recent"}) {
+    ASSERT_FALSE(a[section].empty()) << section;
+    for (const json& row : a[section]) EXPECT_EQ(row["team"], "team-a") << section;
+  }
+  EXPECT_EQ(a["system_prompts"].size(), 1u);
+  EXPECT_EQ(a["system_prompts"][0]["system_prompt"], fp_a);
+  EXPECT_EQ(a["recent"].size(), 4u);  // alice's and andy's in the 24 hours
+  // The team's budget and each key's limits left (the limiter's peek), as
+  // /v1/usage shows them: what the committed entries of team A cost.
+  ASSERT_GT(team_a_spent_, 0);
+  const std::string remaining = billing::usd(Int128{5'000'000'000'000} - team_a_spent_);
+  const json want = {{"scope", "team"}, {"period", "total"}, {"period_end", nullptr}, {"limit", "5"},
+                     {"spent", billing::usd(team_a_spent_)}, {"reserved", "0"}, {"remaining", remaining}};
+  for (const auto& [field, value] : want.items()) EXPECT_EQ(a["budget"][field], value) << field;
+  const Reply usage = curl("GET", "/v1/usage", {"-H", "Authorization: Bearer " + secrets_["alice"]});
+  EXPECT_EQ(a["budget"], usage.parsed()["budget"]) << "the dashboard shows a budget as /v1/usage does";
+  for (const json& k : a["keys"]) {
+    EXPECT_EQ(k["budget"]["remaining"], remaining);
+    EXPECT_EQ(k["rate_limits"]["requests"]["limit"], 3);
+    EXPECT_EQ(k["rate_limits"]["requests"]["remaining"], k["key_id"] == ids_["alice"] ? 2 : 3);
+    EXPECT_EQ(k["rate_limits"]["tokens"]["remaining"], k["key_id"] == ids_["alice"] ? 3 : 6);
+  }
+  EXPECT_EQ(json::parse(raw_b)["budget"], nullptr);
+  EXPECT_EQ(a["budgets_enabled"], true);
+  EXPECT_EQ(a["limits"], json::parse(R"({"per_key": {"requests_per_minute": 3, "tokens_per_minute": 6},
+                                         "per_team": {"requests_per_minute": 0, "tokens_per_minute": 50000}})"));
+
+  const json admin = overview(sessionFor(admin_key_)).parsed();
+  std::set<std::string> teams, key_teams;
+  for (const json& t : admin["teams"]) teams.insert(t["team"]);
+  for (const json& k : admin["keys"]) key_teams.insert(k["team"]);
+  EXPECT_EQ(teams, (std::set<std::string>{"team-a", "team-b"}));
+  EXPECT_EQ(key_teams, teams);
+  EXPECT_EQ(admin["keys"].size(), 4u);
+  EXPECT_EQ(admin["system_prompts"].size(), 2u);
+  EXPECT_EQ(admin["recent"].size(), 7u);
+  // Newest first, with their TTFT and cost.
+  EXPECT_EQ(admin["recent"][0]["status"], "refused");
+  EXPECT_EQ(admin["recent"][0]["cost_total"], "0");
+  EXPECT_EQ(admin["recent"][1]["ttft_ms"], 12.5);
+  for (size_t i = 1; i < admin["recent"].size(); ++i) {
+    EXPECT_GE(admin["recent"][i - 1]["start_us"].get<int64_t>(), admin["recent"][i]["start_us"].get<int64_t>());
+  }
+  // The memory picture: the server's own scheduler and cache, as /metrics reads them.
+  const serving::SchedulerStats st = server().scheduler().schedulerStats();
+  const engine::Backend& backend = harness_->backend();
+  const uint64_t block = backend.latentLayout().blockBytes();
+  const json m = admin["memory"];
+  EXPECT_EQ(m["weights_bytes"], backend.model().checkpointBytes());
+  EXPECT_EQ(m["latent_pool"]["block_bytes"], block);
+  EXPECT_EQ(m["latent_pool"]["capacity_blocks"], 256);
+  EXPECT_EQ(m["latent_pool"]["capacity_bytes"], 256 * block);
+  EXPECT_EQ(m["latent_pool"]["running_blocks"], 0);
+  EXPECT_EQ(m["latent_pool"]["cached_blocks"].get<int64_t>() + m["latent_pool"]["free_blocks"].get<int64_t>(), 256);
+  EXPECT_EQ(m["latent_pool"]["free_blocks"], st.pool_free_blocks);
+  EXPECT_EQ(m["disk_tier"], nullptr);  // tier 0 only
+  EXPECT_EQ(m["scheduler"], json::parse(R"({"queued": 0, "looking_up": 0, "prefilling": 0, "decoding": 0})"));
+}
+
+TEST_F(DashboardTest, NoSecretInAnyPageOrAnswer) {
+  for (const char* path : {"/dashboard", "/dashboard/app.js", "/dashboard/app.css", "/dashboard/favicon.svg"}) curl("GET", path);
+  const std::string admin = sessionFor(admin_key_);
+  const std::string alice = sessionFor(secrets_["alice"]);
+  for (const std::string range : {"24h", "7d"}) {
+    overview(admin, "range=" + range);
+    overview(alice, "range=" + range);
+  }
+  curl("GET", "/dashboard/session", {"-H", "Cookie: lg_dashboard=" + alice});
+  curl("GET", "/dashboard/api/overview", {"-H", "Authorization: Bearer " + secrets_["bob"]});
+  signIn(json{{"key", "lg-wrong"}}.dump());
+  curl("DELETE", "/dashboard/session", {"-H", "Cookie: lg_dashboard=" + alice});
+  // Keys never; session tokens only in the Set-Cookie that created them.
+  std::string without_set_cookie;
+  std::istringstream lines(seen_);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("set-cookie:", 0) != 0) without_set_cookie += line + "\n";
+  }
+  for (const std::string& secret : {admin_key_, secrets_["alice"], secrets_["andy"], secrets_["bob"], secrets_["idle-anna"]}) {
+    EXPECT_EQ(seen_.find(secret), std::string::npos);
+    EXPECT_EQ(seen_.find(secret.substr(0, 12)), std::string::npos) << "a prefix of a key";
+  }
+  for (const std::string& token : tokens_) EXPECT_EQ(without_set_cookie.find(token), std::string::npos);
+  EXPECT_EQ(seen_.find("\"hint\":"), std::string::npos) << "no part of a key, not even /admin/keys' hint";
+}
+
+}  // namespace
+}  // namespace lg::proxy
