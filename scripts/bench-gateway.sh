@@ -6,9 +6,12 @@
 #             client; alternated ROUNDS times, medians and the ratio reported.
 #   overhead: gateway_bench --mode overhead (1, 8 and 64 keep-alive TLS
 #             connections; client latency minus the engine's Server-Timing total).
+#   alone:    the same requests against instant_gateway, the server object over
+#             an engine that answers at once (bench/gateway/instant_backend.h):
+#             the gateway's own cost, billing included, with the cores its own.
 #   agent:    gateway_bench --mode agent on the bench preset, cache on and then
 #             off (cache.enabled=false): TTFT and throughput through HTTP.
-# Usage: scripts/bench-gateway.sh [models] [overhead] [agent]   (default: all)
+# Usage: scripts/bench-gateway.sh [models] [overhead] [alone] [agent]   (default: all)
 # Env: LG_BUILD_DIR (build/), LG_BENCH_MODEL (the bench preset, made in
 # /tmp/lg-bench if missing), ROUNDS (3), SECONDS_EACH (10), LG_BENCH_TMP (/tmp:
 # where the servers' data directories go; /dev/shm puts the ledger on tmpfs).
@@ -19,7 +22,8 @@ bin=$build/cli/latentgate
 bench=$build/bench/gateway/gateway_bench
 rounds=${ROUNDS:-3}
 secs=${SECONDS_EACH:-10}
-what=${*:-models overhead agent}
+instant=$build/bench/gateway/instant_gateway
+what=${*:-models overhead alone agent}
 command -v wrk >/dev/null && command -v nginx >/dev/null || LG_EXTRA_PACKAGES="wrk nginx-light" "$root/scripts/install-deps.sh"
 work=$(mktemp -d "${LG_BENCH_TMP:-/tmp}/lg-bench-gateway-XXXXXX")
 pids=()
@@ -27,10 +31,13 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 admin=bench-admin-key-0123456789
 
-# start_server NAME [serve flags...]: sets url, port, key, ca.
+# start_server NAME [serve flags...]: sets url, port, key, ca. With
+# LG_SERVER=instant, the server over an engine that answers at once.
 start_server() {
   local name=$1; shift
-  LATENTGATE_ADMIN_KEY=$admin "$bin" serve --data-dir "$work/$name" --listen 127.0.0.1:0 "$@" >"$work/$name.log" 2>&1 &
+  local cmd=("$bin" serve)
+  [[ ${LG_SERVER:-} == instant ]] && cmd=("$instant")
+  LATENTGATE_ADMIN_KEY=$admin "${cmd[@]}" --data-dir "$work/$name" --listen 127.0.0.1:0 "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 1200); do grep -q "serving .* at https://" "$work/$name.log" && break; sleep 0.25; done
   url=$(grep -m1 -o "https://[^ ]*/v1" "$work/$name.log" | sed 's#/v1$##')
@@ -97,6 +104,15 @@ if [[ " $what " == *" overhead "* ]]; then
   done
 fi
 stop_servers
+
+if [[ " $what " == *" alone "* ]]; then
+  LG_SERVER=instant start_server instant
+  echo "server: instant_gateway (the server object, an engine that answers at once) at $url, $(date -u +%FT%TZ)"
+  for c in 1 8 64; do
+    "$bench" --mode overhead --port "$port" --key "$key" --ca "$ca" --connections "$c" --seconds "$secs" --label "alone_$c"
+  done
+  stop_servers
+fi
 
 if [[ " $what " == *" agent "* ]]; then
   model=${LG_BENCH_MODEL:-/tmp/lg-bench}
