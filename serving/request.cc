@@ -16,7 +16,7 @@ std::string_view refusalName(Refusal refusal) {
   static constexpr std::array<std::string_view, kRefusalCount> kNames = {
       "none",          "empty_prompt",     "token_out_of_range", "max_tokens", "temperature",
       "top_p",         "top_k",            "logprobs",           "stop",       "context_overflow",
-      "exceeds_pool",  "queue_full",       "queue_timeout",      "shutting_down"};
+      "exceeds_pool",  "too_many_choices", "queue_full",         "queue_timeout", "shutting_down"};
   return kNames[static_cast<size_t>(refusal)];
 }
 

@@ -59,6 +59,7 @@ enum class Refusal : uint8_t {
   kStopStrings,       // too many, or an empty one
   kContextOverflow,   // prompt (+ max_tokens) longer than the model's context
   kExceedsPool,       // prompt + max_tokens larger than the whole latent pool
+  kTooManyChoices,    // a group larger than can ever run at once (max_running): it is admitted whole or not at all
   kQueueFull,         // too many requests waiting for admission
   kQueueTimeout,      // waited for admission past the queue's limit or the request's deadline
   kShuttingDown,

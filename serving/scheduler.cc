@@ -95,6 +95,10 @@ struct Scheduler::Sequence {
   Phase phase = Phase::kQueued;
   uint64_t admission = 0;  // order of the latest admission: larger is younger
   bool resumed = false;    // queued again after a preemption
+  // The group it was submitted with (submitGroup; 0: alone): the group's
+  // members wait together at the queue's head until all of them fit. A
+  // member queued again after a preemption waits alone.
+  uint64_t group = 0;
 
   // The whole token history: the prompt, then every generated token. The
   // sequence's blocks hold latents for ids[0, blocks.length()); the tokens
@@ -191,28 +195,56 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
 }
 
 Submission Scheduler::submit(GenerationRequest request, EventSink sink) {
+  std::vector<GenerationRequest> requests;
+  requests.push_back(std::move(request));
+  std::vector<EventSink> sinks;
+  sinks.push_back(std::move(sink));
+  GroupSubmission group = submitGroup(std::move(requests), std::move(sinks));
   Submission out;
+  out.refused = std::move(group.refused);
+  if (!out.refused) out.handle = std::move(group.handles.front());
+  return out;
+}
+
+GroupSubmission Scheduler::submitGroup(std::vector<GenerationRequest> requests, std::vector<EventSink> sinks) {
+  LG_CHECK(!requests.empty() && requests.size() == sinks.size(), "submitGroup: ", requests.size(), " requests, ",
+           sinks.size(), " sinks");
+  const auto n = static_cast<int64_t>(requests.size());
+  GroupSubmission out;
   auto count_refusal = [&](Refusal r) {
     std::lock_guard lock(stats_mu_);
-    ++stats_.submitted;
-    ++stats_.refused[static_cast<size_t>(r)];
+    stats_.submitted += static_cast<uint64_t>(n);
+    stats_.refused[static_cast<size_t>(r)] += static_cast<uint64_t>(n);
   };
-  if (Refused r = validateRequest(request, limits_)) {
-    count_refusal(r.reason);
-    out.refused = std::move(r);
+  for (const GenerationRequest& request : requests) {
+    if (Refused r = validateRequest(request, limits_)) {
+      count_refusal(r.reason);
+      out.refused = std::move(r);
+      return out;
+    }
+  }
+  if (n > options_.max_running) {
+    // It could never be admitted whole: refuse it now rather than run part of it.
+    count_refusal(Refusal::kTooManyChoices);
+    out.refused = {Refusal::kTooManyChoices, std::to_string(n) + " prompts or choices cannot run together: at most " +
+                                                 std::to_string(options_.max_running) + " run at once"};
     return out;
   }
-  engine::SamplingParams params;
-  const SamplingOptions& s = request.sampling;
-  params.temperature = s.temperature;
-  params.top_p = s.top_p;
-  params.top_k = s.top_k;
-  params.seed = s.seed;
-  params.max_tokens = s.max_tokens;
-  params.eos_token_ids = options_.eos_token_ids;
-  params.eos_token_ids.insert(params.eos_token_ids.end(), s.stop_token_ids.begin(), s.stop_token_ids.end());
-  params.logprobs = s.logprobs;
-  params.top_logprobs = s.top_logprobs;
+  std::vector<engine::SamplingParams> sampling;
+  for (const GenerationRequest& request : requests) {
+    engine::SamplingParams params;
+    const SamplingOptions& s = request.sampling;
+    params.temperature = s.temperature;
+    params.top_p = s.top_p;
+    params.top_k = s.top_k;
+    params.seed = s.seed;
+    params.max_tokens = s.max_tokens;
+    params.eos_token_ids = options_.eos_token_ids;
+    params.eos_token_ids.insert(params.eos_token_ids.end(), s.stop_token_ids.begin(), s.stop_token_ids.end());
+    params.logprobs = s.logprobs;
+    params.top_logprobs = s.top_logprobs;
+    sampling.push_back(std::move(params));
+  }
 
   std::lock_guard lock(mu_);
   if (stopping_) {
@@ -220,32 +252,37 @@ Submission Scheduler::submit(GenerationRequest request, EventSink sink) {
     out.refused = {Refusal::kShuttingDown, "the server is shutting down"};
     return out;
   }
-  if (waiting_.load() >= options_.max_queued) {
+  if (waiting_.load() + n > options_.max_queued) {
     count_refusal(Refusal::kQueueFull);
     out.refused = {Refusal::kQueueFull, std::to_string(options_.max_queued) + " requests are already waiting"};
     return out;
   }
-  const uint64_t id = next_id_++;
-  auto seq = std::make_unique<Sequence>(std::move(request), backend_.latentPool(), backend_.maxContext(), tokenizer_,
-                                        params, mixSeed(seed_base_ + id));
-  seq->id = id;
-  seq->sink = std::move(sink);
-  seq->control = std::make_shared<RequestControl>();
-  seq->control->id = id;
-  seq->control->wakeup = std::static_pointer_cast<void>(wakeup_);
-  seq->control->notify = [](void* w) { static_cast<Wakeup*>(w)->notify(); };
-  seq->ids = seq->request.prompt;
-  seq->want_prompt_logprobs = seq->request.sampling.prompt_logprobs;
-  seq->submitted = Clock::now();
-  seq->queue_deadline = seq->submitted + options_.max_queue_wait;
-  if (seq->request.deadline && *seq->request.deadline < seq->queue_deadline) seq->queue_deadline = *seq->request.deadline;
-  seq->usage.prompt_tokens = static_cast<int32_t>(seq->request.prompt.size());
-  out.handle = RequestHandle(seq->control);
-  inbox_.push_back(std::move(seq));
-  waiting_.fetch_add(1);
+  const Clock::time_point now = Clock::now();
+  const uint64_t group = n > 1 ? next_id_ : 0;  // the first member's id names the group
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const uint64_t id = next_id_++;
+    auto seq = std::make_unique<Sequence>(std::move(requests[i]), backend_.latentPool(), backend_.maxContext(),
+                                          tokenizer_, sampling[i], mixSeed(seed_base_ + id));
+    seq->id = id;
+    seq->group = group;
+    seq->sink = std::move(sinks[i]);
+    seq->control = std::make_shared<RequestControl>();
+    seq->control->id = id;
+    seq->control->wakeup = std::static_pointer_cast<void>(wakeup_);
+    seq->control->notify = [](void* w) { static_cast<Wakeup*>(w)->notify(); };
+    seq->ids = seq->request.prompt;
+    seq->want_prompt_logprobs = seq->request.sampling.prompt_logprobs;
+    seq->submitted = now;
+    seq->queue_deadline = seq->submitted + options_.max_queue_wait;
+    if (seq->request.deadline && *seq->request.deadline < seq->queue_deadline) seq->queue_deadline = *seq->request.deadline;
+    seq->usage.prompt_tokens = static_cast<int32_t>(seq->request.prompt.size());
+    out.handles.push_back(RequestHandle(seq->control));
+    inbox_.push_back(std::move(seq));
+  }
+  waiting_.fetch_add(n);
   {
     std::lock_guard stats_lock(stats_mu_);
-    ++stats_.submitted;
+    stats_.submitted += static_cast<uint64_t>(n);
   }
   wakeup_->notify();
   return out;
@@ -359,27 +396,38 @@ void Scheduler::admit(Clock::time_point now) {
     promised += std::max<int64_t>(0, seq->reserved_blocks - static_cast<int64_t>(seq->blocks.blocks().size()));
   }
   int64_t available = allocator.capacity() - static_cast<int64_t>(held.size()) - promised;
-  while (!queue_.empty() && static_cast<int32_t>(running_.size()) < options_.max_running) {
-    Sequence& seq = *queue_.front();
+  auto needOf = [this](const Sequence& seq) {
     const int32_t remaining_output = seq.request.sampling.max_tokens - seq.generated;
-    const int64_t need = blocksFor(static_cast<int64_t>(seq.ids.size()) +
-                                   outputReservation(remaining_output, options_.output_reservation_tokens));
-    // Strict order: a large request at the head is not overtaken (it would starve).
+    return blocksFor(static_cast<int64_t>(seq.ids.size()) +
+                     outputReservation(remaining_output, options_.output_reservation_tokens));
+  };
+  while (!queue_.empty()) {
+    // The head and, when it heads a group, the rest of its group behind it
+    // (a group's members are queued together): admitted together or not yet.
+    size_t members = 1;
+    const uint64_t group = queue_.front()->group;
+    while (group != 0 && members < queue_.size() && queue_[members]->group == group) ++members;
+    if (static_cast<int64_t>(running_.size() + members) > options_.max_running) break;
+    int64_t need = 0;
+    for (size_t i = 0; i < members; ++i) need += needOf(*queue_[i]);
+    // Strict order: a large request (or group) at the head is not overtaken (it would starve).
     if (need > available) break;
     available -= need;
-    SequencePtr owned = std::move(queue_.front());
-    queue_.pop_front();
-    waiting_.fetch_sub(1);
-    owned->reserved_blocks = need;
-    owned->admission = next_admission_++;
-    {
-      std::lock_guard lock(stats_mu_);
-      ++stats_.admitted;
-      if (!owned->resumed) stats_.queued_seconds.observe(seconds(now - owned->submitted));
+    for (size_t i = 0; i < members; ++i) {
+      SequencePtr owned = std::move(queue_.front());
+      queue_.pop_front();
+      waiting_.fetch_sub(1);
+      owned->reserved_blocks = needOf(*owned);
+      owned->admission = next_admission_++;
+      {
+        std::lock_guard lock(stats_mu_);
+        ++stats_.admitted;
+        if (!owned->resumed) stats_.queued_seconds.observe(seconds(now - owned->submitted));
+      }
+      if (!owned->resumed) owned->timing.queued = seconds(now - owned->submitted);
+      running_.push_back(std::move(owned));
+      startLookup(*running_.back(), now);
     }
-    if (!owned->resumed) owned->timing.queued = seconds(now - owned->submitted);
-    running_.push_back(std::move(owned));
-    startLookup(*running_.back(), now);
   }
 }
 
@@ -700,6 +748,7 @@ void Scheduler::preempt(Sequence& seq) {
   LG_CHECK(it != running_.end(), "scheduler: preempting a sequence that is not running");
   SequencePtr owned = std::move(*it);
   running_.erase(it);
+  owned->group = 0;  // it ran with its group; it resumes alone
   // First in the queue among its priority: it already waited once.
   auto pos = std::find_if(queue_.begin(), queue_.end(),
                           [&](const SequencePtr& q) { return q->request.priority <= owned->request.priority; });

@@ -84,6 +84,14 @@ struct Submission {
   explicit operator bool() const { return !refused; }
 };
 
+// The requests of one API request that run together (a completions request's
+// prompts, a chat request's n choices).
+struct GroupSubmission {
+  std::vector<RequestHandle> handles;  // one per request, in order, unless refused
+  Refused refused;                     // the whole group was refused at once (no events follow)
+  explicit operator bool() const { return !refused; }
+};
+
 class Scheduler final : public SchedulerMetricsSource {
  public:
   static Result<std::unique_ptr<Scheduler>> create(engine::Backend& backend, cache::PrefixCache* cache,
@@ -95,6 +103,15 @@ class Scheduler final : public SchedulerMetricsSource {
   // Refuses bad input, a full queue or a shutdown at once; otherwise the
   // request is queued and `sink` will receive its events, the last one final.
   Submission submit(GenerationRequest request, EventSink sink);
+
+  // A group admitted whole or not at all, as OpenAI and vLLM treat a request
+  // with several prompts or choices: submitted together (any member's bad
+  // input, a queue without room for all, or more members than max_running
+  // refuses them all at once), admitted together once the pool and the
+  // running slots hold every member, and refused together when they waited
+  // past the queue's limit. A member preempted later is queued again on its
+  // own. sinks[i] receives requests[i]'s events.
+  GroupSubmission submitGroup(std::vector<GenerationRequest> requests, std::vector<EventSink> sinks);
 
   // Stops admitting: queued requests are refused (shutting_down), running
   // ones may finish until `grace` has passed and are then cancelled. Returns

@@ -59,6 +59,8 @@ ApiError refusalError(serving::Refusal refusal, std::string_view message, const 
     case Refusal::kExceedsPool:
       // The scheduler's message names the prompt's length, max_tokens and the limit.
       return ApiError{400, "invalid_request_error", "context_length_exceeded", std::string(params.prompt), m, 0};
+    case Refusal::kTooManyChoices:
+      return invalidRequest(std::string(params.prompt), "invalid_value", m);
     case Refusal::kQueueFull:
       return ApiError{429, "rate_limit_error", "rate_limit_exceeded", "",
                       "The server is at capacity: too many requests are waiting. Please retry after " +

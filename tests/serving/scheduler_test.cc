@@ -336,6 +336,68 @@ TEST_F(SchedulerTest, FullQueueAndQueueTimeoutAreRefusedDistinctly) {
   EXPECT_EQ(busy.collect().final.finish_reason, FinishReason::kCancelled);
 }
 
+// A group (a completions request's prompts, a chat request's choices) is
+// admitted whole or not at all, as OpenAI and vLLM admit one request: more
+// members than can ever run together, or one bad member, refuse it at once;
+// it waits until every member fits, and times out together, so no member
+// runs while another is refused.
+TEST_F(SchedulerTest, AGroupIsAdmittedWholeOrNotAtAll) {
+  SchedulerOptions o = smallSteps();
+  o.max_running = 3;
+  o.max_queue_wait = 50ms;  // the busy request below streams for far longer
+  make(o);
+  auto group = [&](int n, uint32_t seed, int32_t max_tokens, std::vector<Pending>& pending) {
+    std::vector<GenerationRequest> requests;
+    std::vector<EventSink> sinks;
+    pending.clear();
+    pending.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      requests.push_back(greedy(ids(20, seed + static_cast<uint32_t>(i)), max_tokens));
+      sinks.push_back(pending[static_cast<size_t>(i)].queue->sink());
+    }
+    return scheduler_->submitGroup(std::move(requests), std::move(sinks));
+  };
+  std::vector<Pending> members;
+  // Larger than max_running: it could never start whole.
+  GroupSubmission too_many = group(4, 20, 4, members);
+  EXPECT_EQ(too_many.refused.reason, Refusal::kTooManyChoices);
+  EXPECT_NE(too_many.refused.message.find("at most 3"), std::string::npos) << too_many.refused.message;
+  // One bad member refuses all of them.
+  std::vector<GenerationRequest> bad;
+  bad.push_back(greedy(ids(20, 30), 4));
+  bad.push_back(greedy({backend_->config().vocab_size}, 4));
+  std::vector<Pending> bad_pending(2);
+  GroupSubmission refused = scheduler_->submitGroup(std::move(bad), {bad_pending[0].queue->sink(), bad_pending[1].queue->sink()});
+  EXPECT_EQ(refused.refused.reason, Refusal::kTokenOutOfRange);
+  EXPECT_TRUE(refused.handles.empty());
+  EXPECT_EQ(scheduler_->schedulerStats().admitted, 0u);
+
+  // One request holds one of the three slots; a group of three waits for it,
+  // not starting two members meanwhile, and times out whole.
+  Pending busy = submitOrFail(*scheduler_, greedy(ids(30, 40), 990));
+  ASSERT_TRUE(busy.queue->popFor(60s).has_value());  // admitted and streaming
+  GroupSubmission waiting = group(3, 50, 4, members);
+  ASSERT_TRUE(waiting) << waiting.refused.message;
+  for (Pending& m : members) {
+    const Collected c = m.collect();
+    EXPECT_EQ(c.final.finish_reason, FinishReason::kRefused);
+    EXPECT_EQ(c.final.refusal, Refusal::kQueueTimeout);
+    EXPECT_EQ(c.final.usage.completion_tokens, 0);  // no member ran
+    EXPECT_TRUE(c.tokens.empty());
+  }
+  EXPECT_EQ(scheduler_->schedulerStats().admitted, 1u);
+  // A group of two fits beside it: both run.
+  GroupSubmission fits = group(2, 60, 4, members);
+  ASSERT_TRUE(fits);
+  for (Pending& m : members) EXPECT_EQ(m.collect().final.finish_reason, FinishReason::kLength);
+  busy.handle.cancel();
+  EXPECT_EQ(busy.collect().final.finish_reason, FinishReason::kCancelled);
+  // Freed: a group of three now starts at once.
+  GroupSubmission all = group(3, 70, 4, members);
+  ASSERT_TRUE(all);
+  for (Pending& m : members) EXPECT_EQ(m.collect().final.finish_reason, FinishReason::kLength);
+}
+
 // Stop strings end the text right before the match, also when it spans
 // tokens; stop token ids end it without showing the token.
 TEST_F(SchedulerTest, StopStringsAndStopTokensEndTheStream) {
