@@ -128,8 +128,21 @@ Status KeyStore::revoke(std::string_view id) {
   auto it = std::find_if(by_hash_.begin(), by_hash_.end(), [&](const auto& e) { return e.second.id == id; });
   if (it == by_hash_.end()) return notFound("no API key with id " + std::string(id));
   LG_RETURN_IF_ERROR(db_.write({}, {std::string(kKeyPrefix) + std::string(id)}));
+  const ApiKeyInfo revoked = std::move(it->second);
   by_hash_.erase(it);
+  lock.unlock();
+  std::vector<std::function<void(const ApiKeyInfo&)>> observers;
+  {
+    std::lock_guard observers_lock(observers_mu_);
+    observers = observers_;
+  }
+  for (const auto& observer : observers) observer(revoked);
   return Status::ok();
+}
+
+void KeyStore::onRevoke(std::function<void(const ApiKeyInfo&)> observer) {
+  std::lock_guard lock(observers_mu_);
+  observers_.push_back(std::move(observer));
 }
 
 std::optional<Principal> KeyStore::authenticate(std::string_view key) const {

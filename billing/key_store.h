@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -50,6 +52,10 @@ class KeyStore {
   Result<std::pair<ApiKeyInfo, std::string>> create(std::string_view team, std::string_view name);
   std::vector<ApiKeyInfo> list() const;  // by creation, oldest first
   Status revoke(std::string_view id);    // NotFound when no such key
+  // `observer` is told of every key revoked from now on, after the revocation
+  // is durable, on the revoking thread (the gateway cancels the key's
+  // requests in flight). It must not block and must outlive the store.
+  void onRevoke(std::function<void(const ApiKeyInfo&)> observer);
   // The key's principal, or nothing for an unknown or revoked key.
   std::optional<Principal> authenticate(std::string_view key) const;
 
@@ -59,6 +65,8 @@ class KeyStore {
   BillingDb& db_;
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, ApiKeyInfo> by_hash_;  // guarded by mu_: SHA-256 hex of the key -> info
+  std::mutex observers_mu_;
+  std::vector<std::function<void(const ApiKeyInfo&)>> observers_;  // guarded by observers_mu_
 };
 
 // The admin key: from the configuration (LATENTGATE_ADMIN_KEY) when set, else

@@ -59,24 +59,24 @@ std::string_view earlyEndName(EarlyEnd why) {
     case EarlyEnd::kClientLeft: return "client_left";
     case EarlyEnd::kServerStopped: return "server_stopped";
     case EarlyEnd::kPartRefused: return "part_refused";
-    case EarlyEnd::kWithdrawn: return "withdrawn";
+    case EarlyEnd::kRevoked: return "revoked";
   }
   return "none";
 }
 
 EntryStatus choiceStatus(const ChoiceResult& c, EarlyEnd why) {
-  // Nothing of a withdrawn request reached the client: its refusal was the response.
-  if (why == EarlyEnd::kWithdrawn) return EntryStatus::kRefused;
   switch (c.end) {
     case ChoiceEnd::kCompleted: return EntryStatus::kCompleted;
     case ChoiceEnd::kRefused: return EntryStatus::kRefused;
     case ChoiceEnd::kFailed: return EntryStatus::kFailed;
     case ChoiceEnd::kCancelled:
-      // Only what the client did, or a refusal of part of its request, is
-      // billed; anything else that cancels (the server's request timeout, a
-      // shutdown, a deadline) is the server's failure.
-      return why == EarlyEnd::kClientLeft || why == EarlyEnd::kPartRefused ? EntryStatus::kCancelled
-                                                                            : EntryStatus::kFailed;
+      // Only what the client did, a refusal of part of its request, or a
+      // revocation of its key is billed; anything else that cancels (the
+      // server's request timeout, a shutdown, a deadline) is the server's
+      // failure.
+      return why == EarlyEnd::kClientLeft || why == EarlyEnd::kPartRefused || why == EarlyEnd::kRevoked
+                 ? EntryStatus::kCancelled
+                 : EntryStatus::kFailed;
   }
   return EntryStatus::kFailed;
 }
@@ -106,8 +106,7 @@ MeteredRequest::MeteredRequest(Ledger& ledger, Info info, AppliedRates rates, si
       claim_(std::move(claim)),
       reservation_(std::move(reservation)),
       choices_(choices),
-      ended_(choices, false),
-      awaited_(choices) {}
+      ended_(choices, false) {}
 
 Cost MeteredRequest::costOf(int64_t hit_tokens, int64_t miss_tokens, int64_t output_tokens) const {
   return billing::costOf(rates_.rates, hit_tokens, miss_tokens, output_tokens);
@@ -118,26 +117,15 @@ void MeteredRequest::endedEarly(EarlyEnd why) {
   if (early_ == EarlyEnd::kNone) early_ = why;
 }
 
-bool MeteredRequest::refusedAtSubmit(size_t index, std::string finish_reason) {
-  std::lock_guard lock(mu_);
-  LG_CHECK(index < choices_.size() && index <= awaited_);
-  for (size_t i = index; i < choices_.size(); ++i) {
-    choices_[i] = ChoiceResult{ChoiceEnd::kRefused, finish_reason, {}, -1};
-  }
-  awaited_ = index;
-  if (early_ == EarlyEnd::kNone) early_ = EarlyEnd::kWithdrawn;
-  return ended_count_ == awaited_;
-}
-
 bool MeteredRequest::choiceEnded(size_t index, ChoiceResult result) {
   std::lock_guard lock(mu_);
   // A choice reports once; an index out of range is the caller's bug and
   // would mis-bill, so it stops the process in release builds too.
-  LG_CHECK(index < awaited_ && !ended_[index]);
+  LG_CHECK(index < choices_.size() && !ended_[index]);
   ended_[index] = true;
   choices_[index] = std::move(result);
   ++ended_count_;
-  return ended_count_ == awaited_;
+  return ended_count_ == choices_.size();
 }
 
 void MeteredRequest::keep(std::string_view bytes) {
@@ -205,8 +193,7 @@ LedgerEntry MeteredRequest::entryLocked() const {
   // The finish reason that explains the status: the refusal that ended the
   // response early, else the first choice billed as the request is.
   for (const ChoiceResult& c : choices_) {
-    const bool ended_by_refusal = early_ == EarlyEnd::kWithdrawn ||
-                                  (early_ == EarlyEnd::kPartRefused && e.status == EntryStatus::kCancelled);
+    const bool ended_by_refusal = early_ == EarlyEnd::kPartRefused && e.status == EntryStatus::kCancelled;
     const bool explains = ended_by_refusal ? c.end == ChoiceEnd::kRefused : choiceStatus(c, early_) == e.status;
     if (explains) {
       e.finish_reason = c.finish_reason;

@@ -19,16 +19,15 @@
 //
 //   choice      its final event                         billed
 //   completed   stop, length, tool calls                yes
-//   refused     never admitted (queue full, timeout),   no: nothing ran, or
-//               or withdrawn: a sibling was refused at  nothing reached the
-//               submit, so the refusal was the response client
+//   refused     never admitted (queue full, timeout)    nothing ran
 //   failed      engine error; or cancelled by the       no
 //               server (its request timeout, shutdown,
 //               a deadline)
 //   cancelled   cancelled because the client left (it   yes: what it computed
-//               closed, reset or stopped reading), or
+//               closed, reset or stopped reading),
 //               because a sibling was refused and the
-//               response ended early
+//               response ended early, or because the
+//               key was revoked while it ran
 //
 //   request: failed if any choice failed (the server's failure is never
 //   billed); refused if every choice was, or none ran and one was refused;
@@ -129,9 +128,7 @@ enum class EarlyEnd : uint8_t {
   kClientLeft,     // the client closed or reset the connection, or stopped reading
   kServerStopped,  // the server's request timeout, or a shutdown
   kPartRefused,    // a choice was refused, which ended the response; its siblings were cancelled
-  kWithdrawn,      // a choice was refused at submit, before the response began: the
-                   // refusal is the whole response, and the siblings, withdrawn
-                   // before the client saw anything of them, count as refused
+  kRevoked,        // the key was revoked (or its team deleted) while it ran
 };
 std::string_view earlyEndName(EarlyEnd why);  // "none", "client_left", ...
 
@@ -141,8 +138,10 @@ struct ChoiceUsage {
   int64_t hit_tokens_disk = 0;
   int64_t miss_tokens = 0;
   int64_t output_tokens = 0;
-  // Whether the choice computed anything (was admitted).
-  bool ran() const { return prompt_tokens > 0 || output_tokens > 0; }
+  // Whether the choice was admitted and computed (or reused) anything: a
+  // request refused or cancelled in the queue reports its prompt's length
+  // but neither hits nor misses.
+  bool ran() const { return hit_tokens_tier0 + hit_tokens_disk + miss_tokens > 0 || output_tokens > 0; }
 };
 
 struct ChoiceResult {
@@ -184,10 +183,6 @@ class MeteredRequest {
   // The response is ending before every choice finished, for `why`; the
   // first cause recorded wins.
   void endedEarly(EarlyEnd why);
-  // Choices index.. were refused at submit and will send no final event,
-  // and the ones before it are being withdrawn (EarlyEnd::kWithdrawn); true
-  // when those have all ended already (commit now).
-  bool refusedAtSubmit(size_t index, std::string finish_reason);
   // A choice's final event; true when it was the last one awaited.
   bool choiceEnded(size_t index, ChoiceResult result);
   // Bytes sent to a streaming client, kept for Idempotency-Key replays
@@ -223,7 +218,6 @@ class MeteredRequest {
   BudgetReservation reservation_;       // guarded by mu_; moved out by commit() or abandon()
   std::vector<ChoiceResult> choices_;   // guarded by mu_
   std::vector<bool> ended_;             // guarded by mu_
-  size_t awaited_;                      // guarded by mu_: choices whose final event counts
   size_t ended_count_ = 0;              // guarded by mu_
   EarlyEnd early_ = EarlyEnd::kNone;    // guarded by mu_
   std::string transcript_;              // guarded by mu_

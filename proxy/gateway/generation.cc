@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/check.h"
 #include "proxy/http/http_errors.h"
 #include "proxy/http/proxy_log.h"
 #include "proxy/openai/sse.h"
@@ -71,9 +72,27 @@ void deliver(Exchange& exchange, openai::ResponderOutput out, bool stream, const
   exchange.respond(200, std::move(h), std::move(out.body));
 }
 
+int64_t usedTokens(const serving::Usage& u) { return int64_t{u.prompt_tokens} + u.completion_tokens; }
+
+}  // namespace
+
+std::string serverTiming(const serving::Timing& t, double ledger_s) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "queue;dur=%.3f, cache;dur=%.3f, prefill;dur=%.3f, ttft;dur=%.3f, decode;dur=%.3f, total;dur=%.3f",
+                t.queued * 1e3, t.cache_lookup * 1e3, t.prefill * 1e3, t.first_token * 1e3, t.decode * 1e3,
+                t.total * 1e3);
+  std::string out = buf;
+  if (ledger_s >= 0) {
+    std::snprintf(buf, sizeof buf, ", ledger;dur=%.3f", ledger_s * 1e3);
+    out += buf;
+  }
+  return out;
+}
+
 // One generation call's shared state: made on the I/O thread, then fed by
 // the choices' sinks on the engine thread.
-struct Call {
+struct Generation::Call {
   std::shared_ptr<Exchange> exchange;
   std::shared_ptr<openai::Responder> responder;  // the engine thread's once submitted
   std::optional<Ticket> ticket;                  // null: the admin's unmetered work
@@ -81,11 +100,11 @@ struct Call {
   bool stream = false;
   HttpHeaders headers;
   std::function<void(const openai::Responder&)> on_done;
+  std::string key_id;  // whose (a revocation cancels it); empty: the admin's own work
   bool ended = false;  // the responder finished (engine thread only)
 
   std::mutex mu;
-  bool open = false;     // every choice was submitted: deliver
-  bool refused = false;  // one was refused at submit: its refusal was the response
+  bool open = false;  // the response started: deliver
   struct Held {
     openai::ResponderOutput out;
     serving::Timing timing;
@@ -93,7 +112,7 @@ struct Call {
   };
   std::vector<Held> held;                       // guarded by mu
   std::vector<serving::RequestHandle> handles;  // guarded by mu
-  size_t awaited = 0;                           // guarded by mu: submitted choices' final events
+  size_t awaited = 0;                           // guarded by mu: the choices' final events
   size_t finals = 0;                            // guarded by mu
   int64_t used_tokens = 0;                      // guarded by mu
 
@@ -139,24 +158,6 @@ struct Call {
   }
 };
 
-int64_t usedTokens(const serving::Usage& u) { return int64_t{u.prompt_tokens} + u.completion_tokens; }
-
-}  // namespace
-
-std::string serverTiming(const serving::Timing& t, double ledger_s) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "queue;dur=%.3f, cache;dur=%.3f, prefill;dur=%.3f, ttft;dur=%.3f, decode;dur=%.3f, total;dur=%.3f",
-                t.queued * 1e3, t.cache_lookup * 1e3, t.prefill * 1e3, t.first_token * 1e3, t.decode * 1e3,
-                t.total * 1e3);
-  std::string out = buf;
-  if (ledger_s >= 0) {
-    std::snprintf(buf, sizeof buf, ", ledger;dur=%.3f", ledger_s * 1e3);
-    out += buf;
-  }
-  return out;
-}
-
 Generation::Generation(serving::Scheduler& scheduler, const Admission& admission, GenerationMetrics* metrics,
                        openai::RetryAfter retry)
     : scheduler_(scheduler), admission_(admission), metrics_(metrics), retry_(retry) {}
@@ -193,6 +194,7 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
   call->on_done = std::move(plan.on_done);
   if (ticket) {
     call->metered = ticket->metered;
+    call->key_id = ticket->who.key_id;
     for (const auto& [name, value] : ticket->headers.fields()) call->headers.add(name, value);
   }
   call->ticket = std::move(ticket);
@@ -203,80 +205,72 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
     };
   }
   call->responder = plan.responder(std::move(cost));
-  // Taken before the first submit, which orders it before the first event:
-  // only the engine thread calls the responder afterwards.
+  // Taken before the submit, which orders it before the first event: only
+  // the engine thread calls the responder afterwards.
   const std::string first = call->responder->start();
   const size_t n = plan.choices.size();
   call->awaited = n;
 
+  std::vector<serving::EventSink> sinks;
   for (size_t i = 0; i < n; ++i) {
-    serving::Submission sub = scheduler_.submit(
-        std::move(plan.choices[i]), [this, call, i](serving::StreamEvent&& e) {
-          if (e.final && metrics_ != nullptr) metrics_->generationEnded(call->exchange->request().received, e);
-          openai::ResponderOutput out = call->responder->onEvent(i, e);
-          // A response ends once: later events (of choices still running
-          // when it ended) have nothing more to send.
-          const bool ended_now = out.done && !call->ended;
-          if (out.done && call->ended) out = {};
-          if (ended_now) {
-            call->ended = true;
-            if (call->on_done) call->on_done(*call->responder);
-          }
-          bool last = false;  // the last final event of the submitted choices
-          int64_t used = 0;
-          {
-            std::lock_guard lock(call->mu);
-            if (e.final) {
-              used = call->used_tokens += usedTokens(e.usage);
-              last = ++call->finals == call->awaited;
-            }
-          }
-          if (last && call->ticket) admission_.settle(*call->ticket, used);
-          // With a ledger, the metering decides which event commits the entry:
-          // its count and a refusal at submit are ordered by its own mutex.
-          if (e.final && call->metered) last = call->metered->choiceEnded(i, choiceResult(e));
-          if (ended_now && !last) {
-            // The response ended before its other choices: a refusal ends it
-            // early (its siblings' work so far is billed), a failure fails it.
-            if (call->metered && e.finish_reason == serving::FinishReason::kRefused) {
-              call->metered->endedEarly(billing::EarlyEnd::kPartRefused);
-            }
-            call->cancelAll();
-          }
-          std::lock_guard lock(call->mu);
-          if (call->refused) {
-            // The refusal at submit was the response; the entry follows the last choice.
-            if (last && call->metered) call->metered->commit("", "", {});
-            return;
-          }
-          if (!call->open) return call->held.push_back({std::move(out), e.timing, last});
-          call->deliverLocked(std::move(out), e.timing, last);
-        });
-    if (!sub) {
-      // The refusal is the whole response: the choices submitted before it
-      // are withdrawn (cancelled; their final events still come).
-      bool last = false;
+    sinks.push_back([this, call, i](serving::StreamEvent&& e) {
+      if (e.final && metrics_ != nullptr) metrics_->generationEnded(call->exchange->request().received, e);
+      openai::ResponderOutput out = call->responder->onEvent(i, e);
+      // A response ends once: later events (of choices still running when
+      // it ended) have nothing more to send.
+      const bool ended_now = out.done && !call->ended;
+      if (out.done && call->ended) out = {};
+      if (ended_now) {
+        call->ended = true;
+        if (call->on_done) call->on_done(*call->responder);
+      }
+      bool last = false;  // the last final event of the call
       int64_t used = 0;
       {
         std::lock_guard lock(call->mu);
-        call->refused = true;
-        call->held.clear();
-        call->awaited = i;
-        last = call->finals == call->awaited;
-        used = call->used_tokens;
+        if (e.final) {
+          used = call->used_tokens += usedTokens(e.usage);
+          last = ++call->finals == call->awaited;
+        }
       }
-      call->cancelAll();
-      if (last && call->ticket) admission_.settle(*call->ticket, used);
-      if (call->metered &&
-          call->metered->refusedAtSubmit(i, "refused:" + std::string(serving::refusalName(sub.refused.reason)))) {
-        call->metered->commit("", "", {});
+      if (e.final && call->metered) {
+        const bool metered_last = call->metered->choiceEnded(i, choiceResult(e));
+        LG_CHECK(metered_last == last, "the metering and the call disagree on a request's last choice");
       }
-      return respondWithApiError(*exchange,
-                                 openai::refusalError(sub.refused.reason, sub.refused.message, plan.params, retry_));
-    }
-    std::lock_guard lock(call->mu);
-    call->handles.push_back(sub.handle);
+      if (last) {
+        if (call->ticket) admission_.settle(*call->ticket, used);
+        untrack(call.get());
+      }
+      if (ended_now && !last) {
+        // The response ended before its other choices: a refusal ends it
+        // early (its siblings' work so far is billed), a failure fails it.
+        if (call->metered && e.finish_reason == serving::FinishReason::kRefused) {
+          call->metered->endedEarly(billing::EarlyEnd::kPartRefused);
+        }
+        call->cancelAll();
+      }
+      std::lock_guard lock(call->mu);
+      if (!call->open) return call->held.push_back({std::move(out), e.timing, last});
+      call->deliverLocked(std::move(out), e.timing, last);
+    });
   }
+  serving::GroupSubmission sub = scheduler_.submitGroup(std::move(plan.choices), std::move(sinks));
+  if (!sub) {
+    // Refused whole, before anything ran: the refusal is the response.
+    if (call->ticket) admission_.settle(*call->ticket, 0);
+    if (call->metered) {
+      const std::string reason = "refused:" + std::string(serving::refusalName(sub.refused.reason));
+      for (size_t i = 0; i < n; ++i) call->metered->choiceEnded(i, {billing::ChoiceEnd::kRefused, reason, {}, -1});
+      call->metered->commit("", "", {});
+    }
+    return respondWithApiError(*exchange,
+                               openai::refusalError(sub.refused.reason, sub.refused.message, plan.params, retry_));
+  }
+  {
+    std::lock_guard lock(call->mu);
+    call->handles = std::move(sub.handles);
+  }
+  if (!call->key_id.empty()) track(call);
   exchange->onDisconnect([call](DisconnectCause cause) {
     if (call->metered) {
       call->metered->endedEarly(clientCaused(cause) ? billing::EarlyEnd::kClientLeft : billing::EarlyEnd::kServerStopped);
@@ -292,6 +286,40 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
   call->open = true;
   for (Call::Held& h : call->held) call->deliverLocked(std::move(h.out), h.timing, h.last);
   call->held.clear();
+}
+
+void Generation::track(const std::shared_ptr<Call>& call) const {
+  std::lock_guard lock(running_mu_);
+  running_.emplace(call->key_id, call);
+}
+
+void Generation::untrack(const Call* call) const {
+  if (call->key_id.empty()) return;
+  std::lock_guard lock(running_mu_);
+  auto [begin, end] = running_.equal_range(call->key_id);
+  for (auto it = begin; it != end; ++it) {
+    std::shared_ptr<Call> c = it->second.lock();
+    if (c == nullptr || c.get() == call) {
+      running_.erase(it);
+      return;
+    }
+  }
+}
+
+size_t Generation::cancelKey(const std::string& key_id) const {
+  std::vector<std::shared_ptr<Call>> calls;
+  {
+    std::lock_guard lock(running_mu_);
+    auto [begin, end] = running_.equal_range(key_id);
+    for (auto it = begin; it != end; ++it) {
+      if (std::shared_ptr<Call> c = it->second.lock()) calls.push_back(std::move(c));
+    }
+  }
+  for (const std::shared_ptr<Call>& c : calls) {
+    if (c->metered) c->metered->endedEarly(billing::EarlyEnd::kRevoked);
+    c->cancelAll();
+  }
+  return calls.size();
 }
 
 }  // namespace lg::proxy

@@ -7,9 +7,11 @@
 //   1. admission (admission.h): Idempotency-Key, budget, per-minute limits;
 //      a refusal or a replay is the whole response;
 //   2. the responder is made, with the request's rates for usage.cost;
-//   3. every choice is submitted to the scheduler. What their sinks produce
-//      is held until all are submitted: a later choice's refusal at submit
-//      is then the whole response (the ones before it are withdrawn);
+//   3. the choices are submitted to the scheduler as one group, admitted
+//      whole or not at all (Scheduler::submitGroup): a refusal at submit is
+//      the whole response, and no choice runs while another is refused in
+//      the queue. What the sinks produce is held until the response has
+//      started, whatever thread run() was called on;
 //   4. the sinks (on the engine thread) feed the responder, record each
 //      choice's end with the metering, and hand the client its bytes; when
 //      the response ends early (a choice failed or was refused) the other
@@ -21,15 +23,19 @@
 //      usage has an entry. Without a ledger it is delivered at once.
 //   6. a client that goes away, or the server's own timeout, cancels every
 //      choice within one engine step; the metering is told which it was
-//      (the client's doing is billed, the server's is not).
+//      (the client's doing is billed, the server's is not). So does a
+//      revocation of the request's key (cancelKey), billed for what ran.
 //
-// Thread-safety: run() is called on an I/O thread; the sinks run on the
-// engine thread; the state they share is guarded by one mutex per call.
+// Thread-safety: run() is called on an I/O thread or the blocking pool; the
+// sinks run on the engine thread; the state they share is guarded by one
+// mutex per call. cancelKey() may be called from any thread.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "billing/key_store.h"
@@ -75,13 +81,27 @@ class Generation {
   // The Retry-After values of the scheduler's refusals, for the responders.
   const openai::RetryAfter& retry() const { return retry_; }
 
+  // Cancels every running request of the API key `key_id` (it was revoked)
+  // within one engine step; each is billed for what it computed. Returns how
+  // many requests it cancelled.
+  size_t cancelKey(const std::string& key_id) const;
+
+  struct Call;  // one call's state (generation.cc)
+
  private:
   void start(std::shared_ptr<Exchange> exchange, std::optional<Ticket> ticket, GenerationPlan plan) const;
+  void track(const std::shared_ptr<Call>& call) const;
+  void untrack(const Call* call) const;
 
   serving::Scheduler& scheduler_;
   const Admission& admission_;
   GenerationMetrics* const metrics_;
   const openai::RetryAfter retry_;
+
+  // The admitted calls still running, by the key that made them (for
+  // cancelKey); a call leaves when its last choice ends.
+  mutable std::mutex running_mu_;
+  mutable std::unordered_multimap<std::string, std::weak_ptr<Call>> running_;  // guarded by running_mu_
 };
 
 // "queue;dur=1.200, cache;dur=0.300, prefill;dur=40.100, ttft;dur=41.700,

@@ -19,6 +19,7 @@
 #include "proxy/gateway/response_store.h"
 #include "proxy/http/blocking_pool.h"
 #include "proxy/http/health_routes.h"
+#include "proxy/http/proxy_log.h"
 #include "proxy/http/http_server.h"
 #include "proxy/http/request_metrics.h"
 #include "proxy/http/router.h"
@@ -144,6 +145,13 @@ Status Server::Parts::build() {
   if (engine.cache != nullptr) gateway_options.shared_namespaces = cache::applySharedGrants(grants, *engine.cache);
   gateway = std::make_unique<Gateway>(gateway_options, *admission, *generation, *engine.tokenizer, *encoder,
                                       responses.get());
+  // A revoked key's requests in flight are cancelled within one engine step
+  // (billed for what they computed), whichever path revoked it.
+  keys->onRevoke([this](const billing::ApiKeyInfo& key) {
+    if (const size_t n = generation->cancelKey(key.id); n > 0) {
+      proxyLog()->info("API key {} revoked: {} request(s) in flight cancelled", key.id, n);
+    }
+  });
   keys_api = std::make_unique<KeysApi>(*keys, *admission);
   billing_api = std::make_unique<BillingApi>(*ledger, *prices, *keys, *admission, budgets.get());
   budget_api = std::make_unique<BudgetApi>(*budgets, *keys, *admission);

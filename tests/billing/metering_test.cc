@@ -57,8 +57,7 @@ TEST(MeteringRules, ChoiceStatusFollowsTheEndAndWhoEndedTheResponse) {
   EXPECT_EQ(choiceStatus(cancelled(u), EarlyEnd::kPartRefused), EntryStatus::kCancelled);
   EXPECT_EQ(choiceStatus(cancelled(u), EarlyEnd::kServerStopped), EntryStatus::kFailed);
   EXPECT_EQ(choiceStatus(cancelled(u), EarlyEnd::kNone), EntryStatus::kFailed);  // a deadline
-  EXPECT_EQ(choiceStatus(cancelled(u), EarlyEnd::kWithdrawn), EntryStatus::kRefused);
-  EXPECT_EQ(choiceStatus(completed(u), EarlyEnd::kWithdrawn), EntryStatus::kRefused);
+  EXPECT_EQ(choiceStatus(cancelled(u), EarlyEnd::kRevoked), EntryStatus::kCancelled);
 }
 
 TEST(MeteringRules, RequestStatusFromItsChoices) {
@@ -182,19 +181,28 @@ TEST_F(MeteringTest, SomeChoicesRanAndSomeWereRefused_TheOnesThatRanAreBilled) {
   EXPECT_EQ(teamReserved(), 0);
 }
 
-TEST_F(MeteringTest, RefusedAtSubmit_TheRefusalIsTheWholeResponseAndNothingIsBilled) {
-  auto r = admit("req-submit", 3, 10, 10);
-  // Choice 2 was refused at submit; 0 and 1, submitted just before, were
-  // withdrawn before the client saw anything of them.
-  EXPECT_FALSE(r->refusedAtSubmit(2, "refused:queue_full"));
-  EXPECT_FALSE(r->choiceEnded(0, completed(usage(0, 10, 1))));  // done before it could be withdrawn
-  EXPECT_TRUE(r->choiceEnded(1, cancelled({})));
-  EXPECT_EQ(r->choiceStatuses(), std::vector<EntryStatus>(3, EntryStatus::kRefused));
+TEST_F(MeteringTest, ARevokedKeysRequestIsBilledForWhatItComputed) {
+  auto r = admit("req-revoked", 2, 10, 100);
+  r->endedEarly(EarlyEnd::kRevoked);
+  EXPECT_FALSE(r->choiceEnded(0, cancelled(usage(0, 10, 40))));
+  EXPECT_TRUE(r->choiceEnded(1, cancelled(usage(0, 10, 38))));
+  EXPECT_EQ(r->choiceStatuses(), std::vector<EntryStatus>(2, EntryStatus::kCancelled));
   ASSERT_TRUE(commit(*r).isOk());
-  const LedgerEntry e = stored("req-submit");
+  const LedgerEntry e = stored("req-revoked");
+  EXPECT_EQ(e.status, EntryStatus::kCancelled);
+  EXPECT_EQ(e.cost, costOf(kRates, 0, 20, 78));
+  EXPECT_EQ(teamSpent(), e.cost.total());
+}
+
+TEST_F(MeteringTest, AGroupRefusedWholeIsRefusedAndCostsNothing) {
+  auto r = admit("req-group-refused", 3, 10, 10);
+  EXPECT_FALSE(r->choiceEnded(0, refused()));
+  EXPECT_FALSE(r->choiceEnded(1, refused()));
+  EXPECT_TRUE(r->choiceEnded(2, refused()));
+  ASSERT_TRUE(commit(*r).isOk());
+  const LedgerEntry e = stored("req-group-refused");
   EXPECT_EQ(e.status, EntryStatus::kRefused);
-  EXPECT_EQ(e.finish_reason, "refused:queue_full");
-  EXPECT_EQ(e.output_tokens, 1);  // counted as computed, not billed
+  EXPECT_EQ(e.finish_reason, "refused:queue_timeout");
   EXPECT_EQ(e.cost.total(), 0);
   EXPECT_EQ(teamReserved(), 0);
 }
