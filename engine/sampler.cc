@@ -69,6 +69,8 @@ SampledToken scoreToken(std::span<const float> logits, int32_t token, int32_t to
     });
     for (int32_t i = 0; i < n; ++i) {
       const int32_t t = order[static_cast<size_t>(i)];
+      // Masked tokens (-inf: a constraint, min_p) are no alternatives.
+      if (!std::isfinite(logits[static_cast<size_t>(t)])) break;
       out.top.push_back({t, static_cast<float>(static_cast<double>(logits[static_cast<size_t>(t)]) - log_z)});
     }
   }

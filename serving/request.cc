@@ -15,7 +15,7 @@ Refused refuse(Refusal reason, std::string message) { return Refused{reason, std
 std::string_view refusalName(Refusal refusal) {
   static constexpr std::array<std::string_view, kRefusalCount> kNames = {
       "none",          "empty_prompt",     "token_out_of_range", "max_tokens", "temperature",
-      "top_p",         "top_k",            "logprobs",           "stop",       "context_overflow",
+      "top_p",         "top_k",            "logprobs",           "stop",       "logit_processing", "context_overflow",
       "exceeds_pool",  "too_many_choices", "queue_full",         "queue_timeout", "shutting_down"};
   return kNames[static_cast<size_t>(refusal)];
 }
@@ -69,6 +69,26 @@ Refused validateRequest(const GenerationRequest& request, const RequestLimits& l
   for (const std::string& stop : s.stop) {
     if (stop.empty()) return refuse(Refusal::kStopStrings, "a stop string is empty");
   }
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id < 0 || id >= limits.vocab_size) {
+      return refuse(Refusal::kTokenOutOfRange, "logit_bias names token " + std::to_string(id) +
+                                                   ", outside the vocabulary [0, " + std::to_string(limits.vocab_size) +
+                                                   ")");
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return refuse(Refusal::kLogitProcessing, "logit_bias values must be in [-100, 100]");
+    }
+  }
+  if (!(s.presence_penalty >= -2.0f && s.presence_penalty <= 2.0f)) {
+    return refuse(Refusal::kLogitProcessing, "presence_penalty must be in [-2, 2]");
+  }
+  if (!(s.frequency_penalty >= -2.0f && s.frequency_penalty <= 2.0f)) {
+    return refuse(Refusal::kLogitProcessing, "frequency_penalty must be in [-2, 2]");
+  }
+  if (!(s.repetition_penalty > 0.0f && s.repetition_penalty <= 2.0f)) {
+    return refuse(Refusal::kLogitProcessing, "repetition_penalty must be in (0, 2]");
+  }
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) return refuse(Refusal::kLogitProcessing, "min_p must be in [0, 1]");
   if (prompt_len + s.max_tokens > limits.max_context) {
     return refuse(Refusal::kContextOverflow,
                   "the prompt has " + std::to_string(prompt_len) + " tokens and max_tokens is " +

@@ -31,6 +31,15 @@ struct SamplingOptions {
   bool logprobs = false;                // each generated token's log-probability
   int32_t top_logprobs = 0;             // 0..20 alternatives per generated (and prompt) token
   bool prompt_logprobs = false;         // OpenAI `echo` with `logprobs`: every prompt token's log-probability
+
+  // Logit processing before sampling (serving/logits_processor.h), in vLLM's
+  // order: penalties, bias, then min_p after temperature.
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> added to its logit, each in [-100, 100]
+  float presence_penalty = 0.0f;    // [-2, 2]: subtracted from every token generated at least once (OpenAI)
+  float frequency_penalty = 0.0f;   // [-2, 2]: subtracted per time a token was generated (OpenAI)
+  float repetition_penalty = 1.0f;  // (0, 2]: a token of the prompt or the output has its logit divided (if
+                                    // positive) or multiplied (if negative) by it (vLLM's)
+  float min_p = 0.0f;               // [0, 1]: drop tokens less likely than min_p times the likeliest (vLLM's)
 };
 
 struct GenerationRequest {
@@ -57,6 +66,7 @@ enum class Refusal : uint8_t {
   kTopK,              // negative
   kLogprobs,          // top_logprobs outside 0..20
   kStopStrings,       // too many, or an empty one
+  kLogitProcessing,   // logit_bias, a penalty or min_p out of range
   kContextOverflow,   // prompt (+ max_tokens) longer than the model's context
   kExceedsPool,       // prompt + max_tokens larger than the whole latent pool
   kTooManyChoices,    // a group larger than can ever run at once (max_running): it is admitted whole or not at all

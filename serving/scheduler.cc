@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "engine/sequence_blocks.h"
+#include "serving/logits_processor.h"
 #include "serving/text_stream.h"
 
 namespace lg::serving {
@@ -85,6 +86,7 @@ struct Scheduler::Sequence {
       : request(std::move(r)),
         blocks(pool, max_context),
         sampler(params, fallback_seed),
+        logits(request.sampling, request.prompt),
         stop(params),
         text(tokenizer, request.sampling.stop) {}
 
@@ -112,6 +114,8 @@ struct Scheduler::Sequence {
   int64_t reserved_blocks = 0;   // promised at admission: ids + output reservation
 
   engine::Sampler sampler;
+  LogitsProcessor logits;          // penalties, bias, min_p (and the constraint's mask)
+  std::vector<float> processed;    // the processed row, when there is processing
   engine::StopChecker stop;
   TextStream text;
   bool want_prompt_logprobs = false;  // until they are sent
@@ -662,12 +666,18 @@ void Scheduler::processOutput(Sequence& seq, const StepEntry& entry, const engin
     return;
   }
   const int32_t rows = out.num_rows[index];
-  const float* last = out.row(index, rows - 1);
-  acceptToken(seq, seq.sampler.sample(std::span(last, static_cast<size_t>(out.vocab_size))), now);
+  std::span<const float> row(out.row(index, rows - 1), static_cast<size_t>(out.vocab_size));
+  if (seq.logits.active()) {
+    seq.processed.resize(row.size());
+    seq.logits.apply(row, seq.processed, nullptr);
+    row = seq.processed;
+  }
+  acceptToken(seq, seq.sampler.sample(row), now);
 }
 
 void Scheduler::acceptToken(Sequence& seq, const engine::SampledToken& sampled, Clock::time_point now) {
   const int32_t token = sampled.token;
+  seq.logits.accepted(token);
   seq.ids.push_back(token);
   ++seq.generated;
   ++seq.usage.completion_tokens;

@@ -55,6 +55,8 @@ ApiError refusalError(serving::Refusal refusal, std::string_view message, const 
       return invalidRequest(std::string(params.top_logprobs), "invalid_value", m);
     case Refusal::kStopStrings:
       return invalidRequest("stop", "invalid_value", m);
+    case Refusal::kLogitProcessing:
+      return invalidRequest("", "invalid_value", m);
     case Refusal::kContextOverflow:
     case Refusal::kExceedsPool:
       // The scheduler's message names the prompt's length, max_tokens and the limit.

@@ -254,7 +254,7 @@ ApiResult<ParsedChatRequest> parseChatCompletionRequest(const json& body, const 
   }
 
   // Sampling.
-  detail::readSampling(r, out.sampling, out.ignored);
+  detail::readSampling(r, out.sampling);
   detail::readStop(r, limits, out.sampling.options.stop);
   detail::readMaxTokens(r, "max_tokens", 1, out.sampling);
   if (r.find("max_completion_tokens") != nullptr) {

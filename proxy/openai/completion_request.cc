@@ -120,7 +120,7 @@ ApiResult<ParsedCompletionRequest> parseCompletionRequest(const json& body, cons
     if (!out.stream) out.include_usage = false;
   }
 
-  detail::readSampling(r, out.sampling, out.ignored);
+  detail::readSampling(r, out.sampling);
   detail::readStop(r, limits, out.sampling.options.stop);
   detail::readMaxTokens(r, "max_tokens", 0, out.sampling);
   std::string user;

@@ -5,7 +5,7 @@
 
 namespace lg::proxy::openai::detail {
 
-void readSampling(FieldReader& r, SamplingSpec& spec, std::vector<std::string>& ignored) {
+void readSampling(FieldReader& r, SamplingSpec& spec) {
   serving::SamplingOptions& s = spec.options;
   double d = 0;
   if (r.number("temperature", d, 0.0, 2.0)) s.temperature = static_cast<float>(d);
@@ -18,15 +18,37 @@ void readSampling(FieldReader& r, SamplingSpec& spec, std::vector<std::string>& 
   if (r.integer("seed", i, INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(i);
   // top_k is no OpenAI field; vLLM and others accept it, and -1 means "no limit" there.
   if (r.integer("top_k", i, -1, 1 << 20)) s.top_k = i < 0 ? 0 : static_cast<int32_t>(i);
-  for (std::string_view key : {"frequency_penalty", "presence_penalty"}) {
-    if (r.number(key, d, -2.0, 2.0) && d != 0.0) ignored.emplace_back(key);
+  if (r.number("frequency_penalty", d, -2.0, 2.0)) s.frequency_penalty = static_cast<float>(d);
+  if (r.number("presence_penalty", d, -2.0, 2.0)) s.presence_penalty = static_cast<float>(d);
+  // vLLM's extensions.
+  if (r.number("repetition_penalty", d, 0.0, 2.0)) {
+    if (d <= 0.0) {
+      r.fail(invalidRequest(r.path("repetition_penalty"), "invalid_value",
+                            r.path("repetition_penalty") + " must be in (0, 2], got " + std::to_string(d)));
+    } else {
+      s.repetition_penalty = static_cast<float>(d);
+    }
   }
-  if (const json* bias = r.find("logit_bias")) {
-    if (!bias->is_object()) {
-      r.fail(wrongType(r.path("logit_bias"), "an object", *bias));
-    } else if (!bias->empty()) {
-      r.fail(invalidRequest("logit_bias", "unsupported_parameter",
-                            "logit_bias is not supported by this server; send it empty or leave it out"));
+  if (r.number("min_p", d, 0.0, 1.0)) s.min_p = static_cast<float>(d);
+  if (const json* bias = r.find("logit_bias"); bias != nullptr && !bias->is_null()) {
+    const std::string param = r.path("logit_bias");
+    if (!bias->is_object()) return r.fail(wrongType(param, "an object of token ids to numbers", *bias));
+    if (bias->size() > 300) {
+      return r.fail(invalidRequest(param, "invalid_value", param + " may name at most 300 tokens"));
+    }
+    for (const auto& [id_text, value] : bias->items()) {
+      const std::string p = fieldPath(param, id_text);
+      int64_t id = -1;
+      const bool digits = !id_text.empty() && id_text.size() <= 9 &&
+                          std::all_of(id_text.begin(), id_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (digits) id = std::stoll(id_text);
+      if (!digits) return r.fail(invalidRequest(param, "invalid_value", param + " keys must be token ids, got '" + id_text.substr(0, 32) + "'"));
+      if (!value.is_number()) return r.fail(wrongType(p, "a number", value));
+      const double v = value.get<double>();
+      if (!(v >= -100.0 && v <= 100.0)) {
+        return r.fail(invalidRequest(p, "invalid_value", p + " must be in [-100, 100]"));
+      }
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(v));
     }
   }
 }

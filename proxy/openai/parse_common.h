@@ -14,10 +14,10 @@
 namespace lg::proxy::openai::detail {
 
 // temperature (0..2), top_p (0..1], seed, top_k (an extension, as vLLM's),
-// frequency_penalty / presence_penalty (-2..2; accepted, and listed in
-// `ignored` when not 0: the sampler has no penalties), logit_bias (refused
-// unless empty: a client relying on it to ban tokens must know).
-void readSampling(FieldReader& r, SamplingSpec& spec, std::vector<std::string>& ignored);
+// frequency_penalty / presence_penalty (-2..2), logit_bias ({"token id":
+// -100..100}, at most 300), and vLLM's repetition_penalty (0..2] and min_p
+// [0, 1]: all applied by the scheduler (serving/logits_processor.h).
+void readSampling(FieldReader& r, SamplingSpec& spec);
 
 // `stop`: a string or a list of up to limits.max_stop_strings non-empty strings.
 void readStop(FieldReader& r, const ParseLimits& limits, std::vector<std::string>& out);

@@ -275,7 +275,7 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   }
 
   // Sampling.
-  detail::readSampling(r, out.sampling, out.ignored);
+  detail::readSampling(r, out.sampling);
   detail::readMaxTokens(r, "max_output_tokens", 1, out.sampling);
   int64_t top = 0;
   if (r.integer("top_logprobs", top, 0, 20) && top > 0) addOnce(out.ignored, "top_logprobs");

@@ -131,11 +131,21 @@ TEST(ChatRequest, TopPZeroKeepsOnlyTheMostLikelyToken) {
   EXPECT_LT(r.sampling.options.top_p, 1e-30f);
 }
 
-TEST(ChatRequest, NonZeroPenaltiesAndUnusedFeaturesAreListedAsIgnored) {
-  const ParsedChatRequest r = chatOk(chatBody(
-      {{"frequency_penalty", 0.5}, {"presence_penalty", -1}, {"reasoning_effort", "high"}, {"prediction", json::object()}}));
-  EXPECT_EQ(r.ignored,
-            (std::vector<std::string>{"frequency_penalty", "presence_penalty", "reasoning_effort", "prediction"}));
+TEST(ChatRequest, PenaltiesBiasAndMinPReachTheSamplerAndUnusedFeaturesAreListedAsIgnored) {
+  const ParsedChatRequest r = chatOk(chatBody({{"frequency_penalty", 0.5},
+                                               {"presence_penalty", -1},
+                                               {"repetition_penalty", 1.2},
+                                               {"min_p", 0.05},
+                                               {"logit_bias", {{"50256", -100}, {"13", 2.5}}},
+                                               {"reasoning_effort", "high"},
+                                               {"prediction", json::object()}}));
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"reasoning_effort", "prediction"}));
+  const serving::SamplingOptions& s = r.sampling.options;
+  EXPECT_FLOAT_EQ(s.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(s.presence_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.2f);
+  EXPECT_FLOAT_EQ(s.min_p, 0.05f);
+  EXPECT_EQ(s.logit_bias, (std::vector<std::pair<int32_t, float>>{{13, 2.5f}, {50256, -100.0f}}));
 }
 
 TEST(ChatRequest, RolesContentPartsAndToolMessages) {
@@ -324,7 +334,11 @@ TEST(ChatRequest, Refusals) {
        "response_format.type", "unsupported_value"},
       {"response_format without type", chatBody({{"response_format", json::object()}}), "response_format.type",
        "missing_required_parameter"},
-      {"logit_bias", chatBody({{"logit_bias", {{"50256", -100}}}}), "logit_bias", "unsupported_parameter"},
+      {"logit_bias not an object", chatBody({{"logit_bias", json::array()}}), "logit_bias", "invalid_type"},
+      {"logit_bias key not an id", chatBody({{"logit_bias", {{"hello", 1}}}}), "logit_bias", "invalid_value"},
+      {"logit_bias out of range", chatBody({{"logit_bias", {{"5", 101}}}}), "logit_bias.5", "invalid_value"},
+      {"repetition_penalty 0", chatBody({{"repetition_penalty", 0}}), "repetition_penalty", "invalid_value"},
+      {"min_p 2", chatBody({{"min_p", 2}}), "min_p", "invalid_value"},
       {"frequency_penalty 3", chatBody({{"frequency_penalty", 3}}), "frequency_penalty", "invalid_value"},
       {"audio", chatBody({{"audio", {{"voice", "alloy"}}}}), "audio", "unsupported_parameter"},
       {"audio modality", chatBody({{"modalities", json::array({"text", "audio"})}}), "modalities[1]",
