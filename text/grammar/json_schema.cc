@@ -121,7 +121,7 @@ void JsonRules::build() {
   number_ = b_.newRule("json_number");
   b_.defineRule(string_, b_.seq({b_.literal("\""), b_.star(jsonStringChar(b_)), b_.literal("\"")}));
   Frag num;
-  compileRegex(b_, "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?", CharEncoding::kRaw, false, &num);
+  compileRegex(b_, "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]{1,2})?", CharEncoding::kRaw, false, &num);
   b_.defineRule(number_, num);
   auto pair = [&] { return b_.seq({ws(), b_.call(string_), ws(), b_.literal(":"), ws(), b_.call(value_)}); };
   Frag members = b_.opt(b_.seq(pair(), b_.star(b_.seq({ws(), b_.literal(","), pair()}))));
@@ -160,7 +160,16 @@ uint32_t SchemaCompiler::ruleFor(const Json& schema, const std::string& path, in
   auto it = by_text_.find(key);
   if (it != by_text_.end()) return it->second;
   const uint32_t r = b_.newRule(prefix_ + path);
-  b_.setOrigin(r, path.empty() ? "" : path.substr(path.rfind('/') + 1), prefix_ + path);
+  // The keyword that holds the subschema: the last path segment that is not an index.
+  std::string keyword;
+  for (size_t end = path.size(); end > 0 && keyword.empty();) {
+    const size_t slash = path.rfind('/', end - 1);
+    const std::string seg = path.substr(slash + 1, end - slash - 1);
+    if (seg.empty() || seg.find_first_not_of("0123456789") != std::string::npos) keyword = seg;
+    if (slash == std::string::npos || slash == 0) break;
+    end = slash;
+  }
+  b_.setOrigin(r, keyword, prefix_ + path);
   by_text_.emplace(std::move(key), r);
   b_.defineRule(r, schemaFrag(schema, path, depth));
   return r;
@@ -658,7 +667,10 @@ Frag SchemaCompiler::integerFrag(const Json& s, const std::string& path) {
   }
   if (failed()) return b_.never();
   if (!lo && !hi) {
-    return b_.seq(b_.opt(b_.literal("-")), b_.alt({b_.literal("0"), b_.seq(b_.range('1', '9'), b_.star(b_.range('0', '9')))}));
+    // At most 18 digits: every value fits in a signed 64-bit integer, which
+    // consumers (nlohmann::json among them) parse as an integer.
+    return b_.seq(b_.opt(b_.literal("-")),
+                  b_.alt({b_.literal("0"), b_.seq(b_.range('1', '9'), b_.repeat([&] { return b_.range('0', '9'); }, 0, 17))}));
   }
   constexpr double kLimit = 9.0e18;
   if ((lo && std::fabs(*lo) > kLimit) || (hi && std::fabs(*hi) > kLimit)) {
