@@ -72,6 +72,11 @@ const std::array kFields = {
     LG_FIELD("server.idle_timeout_ms", server.idle_timeout_ms),
     LG_FIELD("server.body_timeout_ms", server.body_timeout_ms),
     LG_FIELD("server.request_timeout_ms", server.request_timeout_ms),
+    LG_FIELD("server.max_control_body_bytes", server.max_control_body_bytes),
+    LG_FIELD("server.max_inflight_body_bytes", server.max_inflight_body_bytes),
+    LG_FIELD("server.max_connections_per_address", server.max_connections_per_address),
+    LG_FIELD("server.reserved_connections", server.reserved_connections),
+    LG_FIELD("server.pressure_idle_timeout_ms", server.pressure_idle_timeout_ms),
     LG_FIELD("server.metrics_token", server.metrics_token),
     LG_FIELD("engine.backend", engine.backend),
     LG_FIELD("engine.model_dir", engine.model_dir),
@@ -381,6 +386,34 @@ Status validateConfig(const Config& c) {
   if (c.server.max_body_bytes < 1024 || c.server.max_body_bytes > (int64_t{1} << 32)) {
     return invalidArgument("server.max_body_bytes: expected 1KiB..4GiB, got " +
                            std::to_string(c.server.max_body_bytes));
+  }
+  // Bounds only: a value above another limit is cut to it where it applies
+  // (a route's body limit to max_body_bytes, the reserve to a quarter of
+  // max_connections, the pressure wait to idle_timeout_ms), so that
+  // changing one option never makes another one's default an error.
+  if (c.server.max_control_body_bytes < 1024 || c.server.max_control_body_bytes > (int64_t{1} << 32)) {
+    return invalidArgument("server.max_control_body_bytes: expected 1KiB..4GiB, got " +
+                           std::to_string(c.server.max_control_body_bytes));
+  }
+  // At least one body of the largest kind must fit, or such a request could
+  // never run.
+  if (c.server.max_inflight_body_bytes < c.server.max_body_bytes ||
+      c.server.max_inflight_body_bytes > (int64_t{1} << 40)) {
+    return invalidArgument("server.max_inflight_body_bytes: expected server.max_body_bytes (" +
+                           std::to_string(c.server.max_body_bytes) + ")..1TiB, got " +
+                           std::to_string(c.server.max_inflight_body_bytes));
+  }
+  if (c.server.max_connections_per_address < 0 || c.server.max_connections_per_address > 1000000) {
+    return invalidArgument("server.max_connections_per_address: expected 0 (no cap)..1000000, got " +
+                           std::to_string(c.server.max_connections_per_address));
+  }
+  if (c.server.reserved_connections < 0 || c.server.reserved_connections > 1000000) {
+    return invalidArgument("server.reserved_connections: expected 0..1000000, got " +
+                           std::to_string(c.server.reserved_connections));
+  }
+  if (c.server.pressure_idle_timeout_ms < 1) {
+    return invalidArgument("server.pressure_idle_timeout_ms: expected >= 1, got " +
+                           std::to_string(c.server.pressure_idle_timeout_ms));
   }
   for (const auto& [name, value] : {std::pair{"server.header_timeout_ms", c.server.header_timeout_ms},
                                     std::pair{"server.idle_timeout_ms", c.server.idle_timeout_ms},

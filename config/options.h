@@ -35,6 +35,13 @@ struct ServerOptions {
   int idle_timeout_ms = 60000;            // keep-alive connection with no request
   int body_timeout_ms = 60000;            // request header complete -> body complete (slow uploads are cut off)
   int request_timeout_ms = 600000;        // a non-streamed response must be complete within this
+  // The edge before authentication (issue 21, docs/security.md): what one
+  // client without a key can hold.
+  int64_t max_control_body_bytes = int64_t{64} << 10;      // body of every route but the generation ones; larger: 413
+  int64_t max_inflight_body_bytes = int64_t{256} << 20;    // bodies being read or handled, all together; more: 503
+  int max_connections_per_address = 64;   // open connections from one client IP; more are closed at accept; 0: no cap
+  int reserved_connections = 64;          // top slots for requests with valid credentials (at most max_connections/4)
+  int pressure_idle_timeout_ms = 2000;    // idle wait of unauthenticated connections once 3/4 of max_connections are open
   // A bearer token that may read GET /metrics besides the admin key
   // (LATENTGATE_SERVER_METRICS_TOKEN), for a Prometheus scraper that should
   // not hold the admin key; empty: the admin key only. A secret: at least 16

@@ -37,7 +37,8 @@ start_server() {
   local name=$1; shift
   local cmd=("$bin" serve)
   [[ ${LG_SERVER:-} == instant ]] && cmd=("$instant")
-  LATENTGATE_ADMIN_KEY=$admin "${cmd[@]}" --data-dir "$work/$name" --listen 127.0.0.1:0 "$@" >"$work/$name.log" 2>&1 &
+  # Every benchmark connection comes from 127.0.0.1: no per-address cap.
+  LATENTGATE_SERVER_MAX_CONNECTIONS_PER_ADDRESS=0 LATENTGATE_ADMIN_KEY=$admin "${cmd[@]}" --data-dir "$work/$name" --listen 127.0.0.1:0 "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 1200); do grep -q "serving .* at https://" "$work/$name.log" && break; sleep 0.25; done
   url=$(grep -m1 -o "https://[^ ]*/v1" "$work/$name.log" | sed 's#/v1$##')

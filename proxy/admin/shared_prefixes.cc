@@ -80,9 +80,10 @@ SharedPrefixPublisher::SharedPrefixPublisher(SharedPrefixOptions options, const 
     : options_(std::move(options)), generation_(generation), cache_(cache), encoder_(encoder), admission_(admission) {}
 
 void SharedPrefixPublisher::addRoutes(Router& router) const {
+  // A published prefix is a prompt: the large body limit.
   router.add("POST", "/admin/shared-prefixes", admission_.forAdmin([this](const HttpRequest& r, std::shared_ptr<Exchange> e) {
     publish(r, std::move(e));
-  }));
+  }), Runs::kOnIoThread, BodySize::kLarge);
 }
 
 void SharedPrefixPublisher::publish(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const {

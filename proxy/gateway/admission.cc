@@ -63,32 +63,51 @@ Caller Admission::identify(std::string_view presented) const {
 
 Caller Admission::identify(const HttpRequest& request) const { return identify(presentedKey(request)); }
 
-Handler Admission::forKey(KeyHandler handler) const {
-  return [this, handler = std::move(handler)](const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
+std::optional<ApiError> Admission::checkAdmin(const HttpRequest& request) const {
+  if (admin_.matches(presentedKey(request))) return std::nullopt;
+  return unauthorized("This endpoint needs the admin key as a Bearer token.");
+}
+
+std::optional<ApiError> Admission::checkMetrics(const HttpRequest& request) const {
+  const std::string_view presented = presentedKey(request);
+  if (admin_.matches(presented) || (metrics_token_ && metrics_token_->matches(presented))) return std::nullopt;
+  return unauthorized("This endpoint needs the admin key or the metrics token as a Bearer token.");
+}
+
+GuardedHandler Admission::forKey(KeyHandler handler) const {
+  GuardedHandler g;
+  g.handler = [this, handler = std::move(handler)](const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
     auto who = keys_.authenticate(presentedKey(request));
     if (!who) return respondWithApiError(*exchange, unauthorized());
     handler(request, std::move(exchange), *who);
   };
+  // At header time too (one SHA-256 and a lookup more per request): a caller
+  // without a key is refused before its body is read.
+  g.guard = [this](const HttpRequest& head) -> std::optional<ApiError> {
+    if (keys_.authenticate(presentedKey(head))) return std::nullopt;
+    return unauthorized();
+  };
+  return g;
 }
 
-Handler Admission::forAdmin(Handler handler) const {
-  return [this, handler = std::move(handler)](const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
-    if (!admin_.matches(presentedKey(request))) {
-      return respondWithApiError(*exchange, unauthorized("This endpoint needs the admin key as a Bearer token."));
-    }
+GuardedHandler Admission::forAdmin(Handler handler) const {
+  GuardedHandler g;
+  g.handler = [this, handler = std::move(handler)](const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
+    if (auto refused = checkAdmin(request)) return respondWithApiError(*exchange, *refused);
     handler(request, std::move(exchange));
   };
+  g.guard = [this](const HttpRequest& head) { return checkAdmin(head); };
+  return g;
 }
 
-Handler Admission::forMetrics(Handler handler) const {
-  return [this, handler = std::move(handler)](const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
-    const std::string_view presented = presentedKey(request);
-    if (!admin_.matches(presented) && !(metrics_token_ && metrics_token_->matches(presented))) {
-      return respondWithApiError(
-          *exchange, unauthorized("This endpoint needs the admin key or the metrics token as a Bearer token."));
-    }
+GuardedHandler Admission::forMetrics(Handler handler) const {
+  GuardedHandler g;
+  g.handler = [this, handler = std::move(handler)](const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
+    if (auto refused = checkMetrics(request)) return respondWithApiError(*exchange, *refused);
     handler(request, std::move(exchange));
   };
+  g.guard = [this](const HttpRequest& head) { return checkMetrics(head); };
+  return g;
 }
 
 // ----------------------------------------------------------------- admission

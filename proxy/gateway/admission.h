@@ -8,6 +8,11 @@
 // handler only for a caller it accepts; anyone else gets 401
 // invalid_api_key. No handler reads credentials itself. The dashboard, which
 // also signs in with a key posted in a form, asks identify().
+// A guard is a GuardedHandler (proxy/http/preflight.h): the router runs its
+// header check as soon as the request's header is complete, so a caller
+// without valid credentials gets its 401 before the server reads the body
+// or sends 100 Continue (issue 21 item 4); the handler checks again, as it
+// needs the caller and must stay safe without a preflight.
 //
 // Admission of a generation request, after its prompt was rendered and its
 // tokens counted (their number is what the limits and the budget need):
@@ -39,6 +44,7 @@
 #include "common/status.h"
 #include "proxy/http/api_error.h"
 #include "proxy/http/exchange.h"
+#include "proxy/http/preflight.h"
 
 namespace lg::proxy {
 
@@ -101,9 +107,9 @@ class Admission {
       std::function<void(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who)>;
   // Route guards: the handler runs only for an API key (forKey), the admin
   // key (forAdmin), or the admin key or the metrics token (forMetrics).
-  Handler forKey(KeyHandler handler) const;
-  Handler forAdmin(Handler handler) const;
-  Handler forMetrics(Handler handler) const;
+  GuardedHandler forKey(KeyHandler handler) const;
+  GuardedHandler forAdmin(Handler handler) const;
+  GuardedHandler forMetrics(Handler handler) const;
 
   // The caller a presented key names (the admin key, an API key, or nobody),
   // and the caller of a request's Authorization header.
@@ -119,6 +125,10 @@ class Admission {
   const billing::RateLimiter& rateLimiter() const { return rate_limiter_; }
 
  private:
+  // Each guard's check of a request's credentials: nullopt accepts, else the 401.
+  std::optional<ApiError> checkAdmin(const HttpRequest& request) const;
+  std::optional<ApiError> checkMetrics(const HttpRequest& request) const;
+
   std::optional<Refused> chargeRateLimits(const HttpRequest& request, const billing::Principal& who, int64_t tokens,
                                           HttpHeaders& headers) const;
 

@@ -31,9 +31,11 @@ void Gateway::addRoutes(Router& router) const {
     return admission_.forKey([this, method](const HttpRequest& r, std::shared_ptr<Exchange> e,
                                             const billing::Principal& who) { (this->*method)(r, std::move(e), who); });
   };
-  router.add("POST", "/v1/chat/completions", route(&Gateway::chatCompletions));
-  router.add("POST", "/v1/completions", route(&Gateway::completions));
-  router.add("POST", "/v1/responses", route(&Gateway::responses));
+  // Prompts: the large body limit (server.max_body_bytes); every other route
+  // takes small bodies (Router::BodySize).
+  router.add("POST", "/v1/chat/completions", route(&Gateway::chatCompletions), Runs::kOnIoThread, BodySize::kLarge);
+  router.add("POST", "/v1/completions", route(&Gateway::completions), Runs::kOnIoThread, BodySize::kLarge);
+  router.add("POST", "/v1/responses", route(&Gateway::responses), Runs::kOnIoThread, BodySize::kLarge);
   router.addPrefix("GET", "/v1/responses/", route(&Gateway::getResponse));
   router.addPrefix("DELETE", "/v1/responses/", route(&Gateway::deleteResponse), Runs::kBlocking);  // a synced delete
   router.add("GET", "/v1/models", route(&Gateway::models));

@@ -28,6 +28,9 @@ namespace detail {
 namespace {
 
 constexpr size_t kReadChunk = 16 * 1024;
+// A chunked body is reserved against the in-flight budget in steps of this
+// much, as it arrives (a declared length is reserved whole at once).
+constexpr uint64_t kChunkedReserveStep = 256 * 1024;
 
 std::string httpDate() {
   const std::time_t t = std::time(nullptr);
@@ -55,7 +58,8 @@ bool validHeader(const std::string& name, const std::string& value) {
 
 // Headers the server owns: a handler's copies are dropped.
 bool serverManaged(std::string_view name) {
-  for (std::string_view m : {"content-length", "transfer-encoding", "connection", "keep-alive", "x-request-id", "date"}) {
+  for (std::string_view m : {"content-length", "transfer-encoding", "connection", "keep-alive", "x-request-id", "date",
+                             "x-content-type-options"}) {
     if (equalsIgnoreCase(name, m)) return true;
   }
   return false;
@@ -163,24 +167,29 @@ class Connection final : public ConnectionBase {
   enum class Deadline { kNone, kHandshake, kFirstByte, kHeader, kBody, kHandling, kWrite, kLinger };
 
  public:
-  Connection(HttpServer::State& server, tcp::socket socket, uint64_t id)
+  Connection(HttpServer::State& server, tcp::socket socket, uint64_t id, bool in_reserve)
       : ConnectionBase(strandOf(socket)),
         server_(server),
         stream_(makeStream(server, std::move(socket))),
         timer_(strand_),
         id_(id),
-        parser_(std::make_unique<RequestParser>(server.options.limits)) {
+        in_reserve_(in_reserve),
+        parser_(std::make_unique<RequestParser>(server.options.limits, /*hold_body=*/true)) {
     ErrorCode ec;
     const tcp::endpoint peer = lowest().remote_endpoint(ec);
     remote_ = ec ? std::string("?") : endpointText(peer);
+    body_limit_ = server_.options.limits.max_body_bytes;
   }
 
   ~Connection() override {
     if (phase_ != Phase::kClosed) server_.connectionClosed(id_);
+    releaseBody();
   }
 
   void start() override {
     accepted_at_ = Clock::now();
+    idle_since_ = accepted_at_;
+    idle.store(true);
     setDeadline(Deadline::kHandshake, accepted_at_ + server_.options.header_timeout);
     if constexpr (kTls) {
       phase_ = Phase::kHandshake;
@@ -201,9 +210,20 @@ class Connection final : public ConnectionBase {
     }
   }
 
+  void onPressure() override {
+    if (phase_ == Phase::kClosed || !idle.load() || authenticated.load()) return;
+    if (deadline_ != Deadline::kHandshake && deadline_ != Deadline::kFirstByte) return;
+    const Clock::time_point at = idle_since_ + server_.options.pressure_idle_timeout;
+    if (at >= deadline_at_) return;
+    pressured_ = true;
+    setDeadline(deadline_, at);
+  }
+
   void close(DisconnectCause cause) override {
     if (phase_ == Phase::kClosed) return;
     phase_ = Phase::kClosed;
+    idle.store(false);
+    releaseBody();
     timer_.cancel();
     ErrorCode ignored;
     lowest().close(ignored);  // pending reads and writes complete with errors
@@ -304,6 +324,7 @@ class Connection final : public ConnectionBase {
 
   void setDeadline(Deadline kind, Clock::time_point at) {
     deadline_ = kind;
+    deadline_at_ = at;
     ++deadline_generation_;
     if (kind == Deadline::kNone) {
       timer_.cancel();
@@ -326,7 +347,11 @@ class Connection final : public ConnectionBase {
         // Nothing of a request arrived: nobody to answer. On a fresh
         // connection this is a client too slow to start; on a kept-alive one,
         // plain idleness.
-        if (deadline_ == Deadline::kHandshake || first_request_) server_.counters.header_timeouts.fetch_add(1);
+        if (pressured_) {
+          server_.counters.closed_under_pressure.fetch_add(1);
+        } else if (deadline_ == Deadline::kHandshake || first_request_) {
+          server_.counters.header_timeouts.fetch_add(1);
+        }
         return close(DisconnectCause::kClientClosed);
       case Deadline::kHeader:
       case Deadline::kBody:
@@ -378,8 +403,10 @@ class Connection final : public ConnectionBase {
   void startReading() {
     phase_ = Phase::kRequest;
     // The first request's header is due header_timeout after accept, the
-    // handshake included.
-    setDeadline(Deadline::kFirstByte, accepted_at_ + server_.options.header_timeout);
+    // handshake included (sooner when pressure cut the wait already).
+    Clock::time_point due = accepted_at_ + server_.options.header_timeout;
+    if (pressured_) due = std::min(due, idle_since_ + server_.options.pressure_idle_timeout);
+    setDeadline(Deadline::kFirstByte, due);
     maybeRead();
   }
 
@@ -444,17 +471,30 @@ class Connection final : public ConnectionBase {
     if (buffer_.size() == 0) return;
     if (!request_started_) {
       request_started_ = true;
+      idle.store(false);
+      pressured_ = false;
       const Clock::time_point due =
           first_request_ ? accepted_at_ + server_.options.header_timeout : Clock::now() + server_.options.header_timeout;
       setDeadline(Deadline::kHeader, due);
     }
-    const auto data = buffer_.data();
-    const size_t used = parser_->feed(std::string_view(static_cast<const char*>(data.data()), data.size()));
-    buffer_.consume(used);
+    for (;;) {
+      const auto data = buffer_.data();
+      const size_t used = parser_->feed(std::string_view(static_cast<const char*>(data.data()), data.size()));
+      buffer_.consume(used);
+      const RequestParser::State state = parser_->state();
+      if (head_checked_ || (state != RequestParser::State::kBody && state != RequestParser::State::kComplete)) break;
+      // The header is complete and no byte of the body was read (the parser
+      // holds it): decide now, before reading it or sending 100 Continue.
+      head_checked_ = true;
+      if (!checkHead()) return;  // refused and answered
+      if (parser_->state() != RequestParser::State::kBody || buffer_.size() == 0) break;
+      // Admitted: parse the body bytes that came with the header.
+    }
     switch (parser_->state()) {
       case RequestParser::State::kHeader:
         return;
       case RequestParser::State::kBody:
+        if (!reserveChunked()) return;
         if (deadline_ == Deadline::kHeader) {
           setDeadline(Deadline::kBody, Clock::now() + server_.options.body_timeout);
         }
@@ -465,13 +505,22 @@ class Connection final : public ConnectionBase {
         }
         return;
       case RequestParser::State::kComplete:
+        if (!reserveChunked()) return;
         return dispatch();
       case RequestParser::State::kFailed: {
         const ParseFailure& f = parser_->failure();
         proxyLog()->debug("connection {} from {}: bad request ({}): {}", id_, remote_, f.status, f.reason);
         switch (f.status) {
-          case 413: return rejectRequest(bodyTooLargeError(static_cast<int64_t>(server_.options.limits.max_body_bytes)));
+          case 413:
+            server_.counters.bodies_too_large.fetch_add(1);
+            return rejectRequest(bodyTooLargeError(static_cast<int64_t>(body_limit_)));
           case 431: return rejectRequest(headersTooLargeError(static_cast<int64_t>(server_.options.limits.max_header_bytes)));
+          case 501: {
+            ApiError e = badRequestError("Only the chunked transfer coding is supported");
+            e.http_status = 501;
+            e.code = "unsupported_transfer_coding";
+            return rejectRequest(e);
+          }
           case 505: {
             ApiError e = badRequestError("Only HTTP/1.0 and HTTP/1.1 are supported");
             e.http_status = 505;
@@ -484,10 +533,85 @@ class Connection final : public ConnectionBase {
     }
   }
 
+  // The header is complete, the body unread: the preflight's decision (the
+  // route, the caller's credentials, the route's body limit), the reserve's
+  // rule and the body budget. False when the request was refused (answered,
+  // the connection ending); a body over the route's limit fails the parser
+  // instead (413, answered by the caller).
+  bool checkHead() {
+    HeadDecision d;
+    if (server_.preflight) {
+      HttpRequest head = parser_->head();
+      head.remote = remote_;
+      try {
+        d = server_.preflight(head);
+      } catch (const std::exception& e) {
+        // As callHandler does for a handler: logged, answered 500, nothing else taken down.
+        proxyLog()->error("connection {} from {}: the preflight threw: {}", id_, remote_, e.what());
+        rejectRequest(internalServerError());
+        return false;
+      }
+    }
+    if (d.refusal) {
+      if (d.refusal->http_status == 401) {
+        server_.counters.preflight_unauthenticated.fetch_add(1);
+      } else if (d.refusal->http_status == 404 || d.refusal->http_status == 405) {
+        server_.counters.preflight_no_route.fetch_add(1);
+      }
+      proxyLog()->debug("connection {} from {}: refused at its header ({})", id_, remote_, d.refusal->http_status);
+      rejectRequest(*d.refusal, d.refusal_headers);
+      return false;
+    }
+    if (d.authenticated) authenticated.store(true);
+    if (in_reserve_ && !authenticated.load()) {
+      // A reserved slot is for callers with credentials: anyone else would
+      // take the room the operator needs during a flood.
+      server_.counters.refused_reserve.fetch_add(1);
+      proxyLog()->debug("connection {} from {}: reserved slot without credentials; 503", id_, remote_);
+      rejectRequest(overloadedError(1));
+      return false;
+    }
+    const uint64_t server_limit = server_.options.limits.max_body_bytes;
+    body_limit_ = d.max_body_bytes == 0 ? server_limit : std::min<uint64_t>(d.max_body_bytes, server_limit);
+    parser_->admitBody(body_limit_);
+    if (parser_->state() == RequestParser::State::kFailed) return true;
+    if (const auto declared = parser_->declaredLength(); declared && *declared > 0) return reserveBody(*declared);
+    return true;
+  }
+
+  // Reserves `n` more body bytes against the server's in-flight budget, or
+  // refuses the request (503).
+  bool reserveBody(uint64_t n) {
+    if (!server_.reserveBody(n)) {
+      server_.counters.bodies_over_budget.fetch_add(1);
+      proxyLog()->warn("connection {} from {}: the in-flight body budget ({} bytes) is spent; 503", id_, remote_,
+                       server_.options.max_inflight_body_bytes);
+      rejectRequest(overloadedError(1));
+      return false;
+    }
+    body_reserved_ += n;
+    return true;
+  }
+
+  // A chunked body has no length up front: it is reserved as it arrives.
+  bool reserveChunked() {
+    if (!parser_->chunked()) return true;
+    const uint64_t have = parser_->bodyBytes();
+    if (have <= body_reserved_) return true;
+    return reserveBody(std::max(have - body_reserved_, kChunkedReserveStep));
+  }
+
+  void releaseBody() {
+    if (body_reserved_ == 0) return;
+    server_.releaseBody(body_reserved_);
+    body_reserved_ = 0;
+  }
+
   // The server's own answer to a request it will not hand over (bad, too
   // large, too slow); the connection ends after it.
-  void rejectRequest(const ApiError& error) {
+  void rejectRequest(const ApiError& error, const HttpHeaders& extra = {}) {
     server_.counters.rejected.fetch_add(1);
+    releaseBody();  // the body will not be read
     phase_ = Phase::kResponding;
     // A connection being ended gets little time: these clients are the
     // suspicious ones (slow, malformed, oversized).
@@ -495,7 +619,9 @@ class Connection final : public ConnectionBase {
     close_after_ = true;
     request_id_ = newRequestId();
     const std::string body = apiErrorBody(error);
-    writeHead(error.http_status, apiErrorHeaders(error), body.size());
+    HttpHeaders headers = apiErrorHeaders(error);
+    for (const auto& [name, value] : extra.fields()) headers.add(name, value);
+    writeHead(error.http_status, headers, body.size());
     queue(body);
     flush();
   }
@@ -544,6 +670,9 @@ class Connection final : public ConnectionBase {
       }
       head += name + ": " + value + "\r\n";
     }
+    // Every response: a browser must not read JSON (or an error echoing a
+    // client's path) as HTML.
+    head += "x-content-type-options: nosniff\r\n";
     head += "x-request-id: " + request_id_ + "\r\n";
     head += "date: " + httpDate() + "\r\n";
     if (content_length) {
@@ -596,16 +725,27 @@ class Connection final : public ConnectionBase {
                        response_status_, ms);
     }
     exchange_.reset();
+    releaseBody();  // the exchange, which held the body, is done with
     if (close_after_ || draining_) return beginLinger();
     // Next request on this connection.
     phase_ = Phase::kRequest;
-    parser_ = std::make_unique<RequestParser>(server_.options.limits);
+    parser_ = std::make_unique<RequestParser>(server_.options.limits, /*hold_body=*/true);
     request_started_ = false;
+    head_checked_ = false;
+    body_limit_ = server_.options.limits.max_body_bytes;
     continue_sent_ = false;
     stream_ended_ = false;
     chunked_ = false;
     head_request_ = false;
-    setDeadline(Deadline::kFirstByte, Clock::now() + server_.options.idle_timeout);
+    // Under pressure a connection that never authenticated waits less (and
+    // onPressure shortens the waits that began before).
+    idle_since_ = Clock::now();
+    idle.store(true);
+    const auto wait = !authenticated.load() && server_.underPressure()
+                          ? std::min(server_.options.idle_timeout, server_.options.pressure_idle_timeout)
+                          : server_.options.idle_timeout;
+    pressured_ = wait < server_.options.idle_timeout;
+    setDeadline(Deadline::kFirstByte, idle_since_ + wait);
     std::shared_ptr<ConnectionBase> keep = std::move(pin_);  // alive until this call returns
     parseRequest();  // a pipelined request may be buffered already
     if (phase_ != Phase::kClosed) maybeRead();
@@ -640,12 +780,16 @@ class Connection final : public ConnectionBase {
   Stream stream_;
   net::steady_timer timer_;
   const uint64_t id_;
+  const bool in_reserve_;  // accepted into a reserved slot: its first request must authenticate
   std::string remote_;
 
   Phase phase_ = Phase::kRequest;
   Deadline deadline_ = Deadline::kNone;
   uint64_t deadline_generation_ = 0;
   Clock::time_point accepted_at_;
+  Clock::time_point deadline_at_;
+  Clock::time_point idle_since_;  // when the current idle wait (or the handshake) began
+  bool pressured_ = false;        // the idle wait was shortened because of pressure
 
   boost::beast::flat_buffer buffer_;    // received, not parsed yet
   std::unique_ptr<char[]> read_chunk_;  // what the pending read writes into (see maybeRead)
@@ -654,6 +798,9 @@ class Connection final : public ConnectionBase {
   bool request_started_ = false;  // a byte of the current request arrived
   bool first_request_ = true;
   bool continue_sent_ = false;
+  bool head_checked_ = false;  // checkHead() ran for the current request
+  uint64_t body_limit_ = 0;    // the current request's (its route's)
+  uint64_t body_reserved_ = 0; // against the server's in-flight body budget
 
   std::shared_ptr<ExchangeImpl> exchange_;  // the request being handled
   std::shared_ptr<ConnectionBase> pin_;     // self, while a handler holds the exchange
@@ -694,9 +841,10 @@ std::string endpointText(const tcp::endpoint& e) {
   return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(e.port());
 }
 
-std::shared_ptr<ConnectionBase> makeConnection(HttpServer::State& server, tcp::socket socket, uint64_t id) {
-  if (server.options.plain_http) return std::make_shared<Connection<false>>(server, std::move(socket), id);
-  return std::make_shared<Connection<true>>(server, std::move(socket), id);
+std::shared_ptr<ConnectionBase> makeConnection(HttpServer::State& server, tcp::socket socket, uint64_t id,
+                                               bool in_reserve) {
+  if (server.options.plain_http) return std::make_shared<Connection<false>>(server, std::move(socket), id, in_reserve);
+  return std::make_shared<Connection<true>>(server, std::move(socket), id, in_reserve);
 }
 
 }  // namespace detail

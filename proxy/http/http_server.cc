@@ -64,15 +64,40 @@ void HttpServer::State::onAccept(const ErrorCode& ec, tcp::socket socket) {
     });
     return;
   }
-  if (stopping.load() || open.load() >= options.max_connections) {
-    // Over the cap: close at once. A TLS handshake to send a polite 503 would
+  {
+    ErrorCode ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // stream chunks leave at once
+  }
+  ErrorCode peer_ec;
+  const tcp::endpoint peer = socket.remote_endpoint(peer_ec);
+  const std::string address = peer_ec ? std::string("?") : peer.address().to_string();
+  std::shared_ptr<ConnectionBase> connection;
+  bool per_address_cap = false;
+  {
+    std::lock_guard lock(mu);
+    const int n = static_cast<int>(open.load());
+    auto from = per_address.find(address);
+    const int from_address = from == per_address.end() ? 0 : from->second;
+    per_address_cap = options.max_connections_per_address > 0 && from_address >= options.max_connections_per_address;
+    if (!stopping.load() && !per_address_cap && n < options.max_connections) {
+      const uint64_t id = next_id++;
+      open.fetch_add(1);
+      ++per_address[address];
+      // The last `reserve` slots: its first request must authenticate.
+      connection = makeConnection(*this, std::move(socket), id, n >= options.max_connections - reserve);
+      connections.emplace(id, Entry{connection, address});
+    }
+  }
+  if (!connection) {
+    // Over a cap: close at once. A TLS handshake to send a polite 503 would
     // spend the CPU the cap protects; plain HTTP gets one, best effort.
     counters.refused.fetch_add(1);
+    if (per_address_cap) counters.refused_per_address.fetch_add(1);
     if (options.plain_http) {
       static const std::string kBody = apiErrorBody(overloadedError(1));
       const std::string busy =
-          "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
-          "x-request-id: " + newRequestId() + "\r\nconnection: close\r\ncontent-length: " +
+          "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nx-content-type-options: nosniff\r\n"
+          "retry-after: 1\r\nx-request-id: " + newRequestId() + "\r\nconnection: close\r\ncontent-length: " +
           std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
       ErrorCode ignored;
       socket.non_blocking(true, ignored);
@@ -83,19 +108,25 @@ void HttpServer::State::onAccept(const ErrorCode& ec, tcp::socket socket) {
     return doAccept();
   }
   counters.accepted.fetch_add(1);
-  ErrorCode ignored;
-  socket.set_option(tcp::no_delay(true), ignored);  // stream chunks leave at once
-  std::shared_ptr<ConnectionBase> connection;
-  uint64_t id = 0;
+  net::post(connection->strand(), [connection] { connection->start(); });
+  if (underPressure()) sweepUnderPressure();
+  doAccept();
+}
+
+void HttpServer::State::sweepUnderPressure() {
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+  if (now_ms - last_pressure_sweep.load() < 250) return;
+  last_pressure_sweep.store(now_ms);
+  std::vector<std::shared_ptr<ConnectionBase>> idle;
   {
     std::lock_guard lock(mu);
-    id = next_id++;
-    open.fetch_add(1);
-    connection = makeConnection(*this, std::move(socket), id);
-    connections.emplace(id, connection);
+    for (auto& [id, entry] : connections) {
+      auto c = entry.connection.lock();
+      if (c && c->idle.load() && !c->authenticated.load()) idle.push_back(std::move(c));
+    }
   }
-  net::post(connection->strand(), [connection] { connection->start(); });
-  doAccept();
+  for (auto& c : idle) net::post(c->strand(), [c] { c->onPressure(); });
 }
 
 namespace {
@@ -135,11 +166,17 @@ Result<tcp::endpoint> resolve(net::io_context& io, const HttpServerOptions& opti
 
 }  // namespace
 
-Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOptions& options, Handler handler) {
+Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOptions& options, Handler handler,
+                                                      Preflight preflight) {
   if (options.io_threads < 1) return invalidArgument("io_threads must be at least 1");
   if (options.max_connections < 1) return invalidArgument("max_connections must be at least 1");
+  if (options.max_connections_per_address < 0) return invalidArgument("max_connections_per_address must be >= 0");
+  if (options.reserved_connections < 0) return invalidArgument("reserved_connections must be >= 0");
+  if (options.max_inflight_body_bytes < options.limits.max_body_bytes) {
+    return invalidArgument("max_inflight_body_bytes must hold at least one body of max_body_bytes");
+  }
   if (!handler) return invalidArgument("no handler");
-  auto state = std::make_unique<State>(options, std::move(handler));
+  auto state = std::make_unique<State>(options, std::move(handler), std::move(preflight));
   if (!options.plain_http) {
     try {
       state->tls.emplace(ssl::context::tls_server);
@@ -174,9 +211,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOptions& o
       }
     });
   }
-  proxyLog()->info("listening on {}://{}:{} ({} I/O threads, at most {} connections)",
+  proxyLog()->info("listening on {}://{}:{} ({} I/O threads, at most {} connections, {} per address, {} reserved)",
                    options.plain_http ? "http" : "https", endpoint.address().to_string(), port, options.io_threads,
-                   options.max_connections);
+                   options.max_connections, options.max_connections_per_address, state->reserve);
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(state), port));
 }
 
@@ -198,8 +235,8 @@ void HttpServer::stop(std::chrono::steady_clock::time_point deadline) {
       std::vector<std::shared_ptr<ConnectionBase>> live;
       {
         std::lock_guard lock(s.mu);
-        for (auto& [id, weak] : s.connections) {
-          if (auto c = weak.lock()) live.push_back(std::move(c));
+        for (auto& [id, entry] : s.connections) {
+          if (auto c = entry.connection.lock()) live.push_back(std::move(c));
         }
       }
       for (auto& c : live) net::post(c->strand(), [c, action] { action(*c); });
@@ -228,8 +265,8 @@ void HttpServer::stop(std::chrono::steady_clock::time_point deadline) {
     std::vector<std::shared_ptr<ConnectionBase>> left;
     {
       std::lock_guard lock(s.mu);
-      for (auto& [id, weak] : s.connections) {
-        if (auto c = weak.lock()) left.push_back(std::move(c));
+      for (auto& [id, entry] : s.connections) {
+        if (auto c = entry.connection.lock()) left.push_back(std::move(c));
       }
     }
     for (auto& c : left) c->close(DisconnectCause::kShutdown);
@@ -252,6 +289,14 @@ HttpServerStats HttpServer::stats() const {
   s.request_timeouts = c.request_timeouts.load();
   s.write_timeouts = c.write_timeouts.load();
   s.disconnects = c.disconnects.load();
+  s.connections_refused_per_address = c.refused_per_address.load();
+  s.connections_refused_reserve = c.refused_reserve.load();
+  s.connections_closed_under_pressure = c.closed_under_pressure.load();
+  s.preflight_unauthenticated = c.preflight_unauthenticated.load();
+  s.preflight_no_route = c.preflight_no_route.load();
+  s.bodies_too_large = c.bodies_too_large.load();
+  s.bodies_over_budget = c.bodies_over_budget.load();
+  s.inflight_body_bytes = state_->inflight_body.load();
   return s;
 }
 

@@ -83,6 +83,18 @@ Handler RequestMetrics::handler() const {
   };
 }
 
+Preflight RequestMetrics::preflighter() const {
+  return [this](const HttpRequest& head) {
+    HeadDecision d = router_.preflight(head);
+    if (d.refusal) {
+      int route = router_.find(head.method, head.path);
+      if (route >= static_cast<int>(labels_.size())) route = -1;
+      count(route, d.refusal->http_status);
+    }
+    return d;
+  };
+}
+
 void RequestMetrics::count(int route, int status) const {
   counters_->at(route, status).fetch_add(1, std::memory_order_relaxed);
 }
@@ -112,11 +124,36 @@ void collectHttpServerStats(metrics::ExpositionWriter& w, const HttpServerStats&
   using metrics::MetricType;
   w.counter("latentgate_http_connections_accepted_total", "Connections accepted.", s.connections_accepted);
   w.counter("latentgate_http_connections_refused_total",
-            "Connections closed at accept: over server.max_connections, or stopping.", s.connections_refused);
+            "Connections closed at accept: over server.max_connections or server.max_connections_per_address, or "
+            "stopping.", s.connections_refused);
+  if (w.family("latentgate_http_connections_shed_total",
+               "Connections ended to keep room (issue 21 item 5): closed at accept over "
+               "server.max_connections_per_address (per_address) or over server.max_connections or stopping "
+               "(max_connections); 503 in a reserved slot without valid credentials (reserve); idle, never "
+               "authenticated, cut by server.pressure_idle_timeout_ms (pressure).",
+               MetricType::kCounter)) {
+    w.sample({{"reason", "per_address"}}, s.connections_refused_per_address);
+    w.sample({{"reason", "max_connections"}}, s.connections_refused - s.connections_refused_per_address);
+    w.sample({{"reason", "reserve"}}, s.connections_refused_reserve);
+    w.sample({{"reason", "pressure"}}, s.connections_closed_under_pressure);
+  }
+  if (w.family("latentgate_http_refused_before_body_total",
+               "Requests answered when their header was complete, before the body was read (issue 21 item 4): "
+               "401 unauthenticated, 404 or 405 no_route, 413 body_too_large (the route's limit), 503 "
+               "body_budget (server.max_inflight_body_bytes).",
+               MetricType::kCounter)) {
+    w.sample({{"reason", "unauthenticated"}}, s.preflight_unauthenticated);
+    w.sample({{"reason", "no_route"}}, s.preflight_no_route);
+    w.sample({{"reason", "body_too_large"}}, s.bodies_too_large);
+    w.sample({{"reason", "body_budget"}}, s.bodies_over_budget);
+  }
+  w.gauge("latentgate_http_inflight_body_bytes",
+          "Request body bytes reserved now against server.max_inflight_body_bytes.",
+          static_cast<int64_t>(s.inflight_body_bytes));
   w.gauge("latentgate_http_connections_open", "Connections open now.", static_cast<int64_t>(s.connections_open));
   w.counter("latentgate_http_tls_handshake_failures_total", "TLS handshakes that failed.", s.tls_handshake_failures);
   w.counter("latentgate_http_server_rejected_requests_total",
-            "Requests the server answered itself before any route (400, 408, 413, 431, 505).", s.rejected_requests);
+            "Requests the server answered itself before any route (400, 408, 413, 431, 501, 505; and at header time 401, 404, 405, 503).", s.rejected_requests);
   if (w.family("latentgate_http_timeouts_total",
                "Connections cut by a timeout: header (handshake or header too slow), request (504), write (a "
                "client not reading).",

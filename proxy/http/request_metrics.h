@@ -4,7 +4,8 @@
 //
 //   latentgate_http_requests_total{endpoint="/v1/chat/completions",method="POST",code="200"}
 //
-// Every request the server hands to the router is counted once: when its
+// Every request the server hands to the router, or that the router's
+// preflight refuses at header time (preflight.h), is counted once: when its
 // handler answers (respond() or startStream(), with the status it sent, on
 // whatever thread answers), or, when the exchange ends without an answer
 // or answers after it disconnected (the client left first, or the server's
@@ -48,6 +49,10 @@ class RequestMetrics {
   // A Handler for HttpServer::start: router.handle() behind an Exchange that
   // counts its status.
   Handler handler() const;
+  // A Preflight for HttpServer::start: router.preflight(), counting each
+  // request it refuses at header time (401, 404, 405) as if its route had
+  // answered, so that a request is counted once whichever step answers it.
+  Preflight preflighter() const;
 
   // Counts one request of route `route` (an index of Router::routes(), or
   // -1: none) answered with `status`.

@@ -65,6 +65,10 @@ Result<HttpServerOptions> httpServerOptions(const Config& config, const TlsMater
   o.idle_timeout = std::chrono::milliseconds(s.idle_timeout_ms);
   o.body_timeout = std::chrono::milliseconds(s.body_timeout_ms);
   o.request_timeout = std::chrono::milliseconds(s.request_timeout_ms);
+  o.max_inflight_body_bytes = static_cast<uint64_t>(s.max_inflight_body_bytes);
+  o.max_connections_per_address = s.max_connections_per_address;
+  o.reserved_connections = s.reserved_connections;
+  o.pressure_idle_timeout = std::chrono::milliseconds(s.pressure_idle_timeout_ms);
   return o;
 }
 

@@ -182,7 +182,9 @@ Status Server::Parts::build() {
   addRoutes();
   registry.add([this](metrics::ExpositionWriter& w) { request_metrics->collect(w); });
 
-  LG_ASSIGN_OR_RETURN(server, HttpServer::start(server_options, request_metrics->handler()));
+  // The router's preflight answers 404, 405 and 401 at header time, and sets
+  // each route's body limit (issue 21 item 4).
+  LG_ASSIGN_OR_RETURN(server, HttpServer::start(server_options, request_metrics->handler(), request_metrics->preflighter()));
   registry.add([this](metrics::ExpositionWriter& w) { collectHttpServerStats(w, server->stats()); });
   return Status::ok();
 }
@@ -191,6 +193,8 @@ void Server::Parts::addRoutes() {
   // The admin API's synced writes and scans wait here, not on an I/O thread.
   blocking_pool = std::make_unique<BlockingPool>();
   router.setBlockingPool(blocking_pool.get());
+  router.setBodyLimits(static_cast<uint64_t>(config.server.max_body_bytes),
+                       static_cast<uint64_t>(config.server.max_control_body_bytes));
   addHealthRoutes(router, [] { return Readiness{true, ""}; });
   gateway->addRoutes(router);
   keys_api->addRoutes(router);

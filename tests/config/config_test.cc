@@ -182,6 +182,46 @@ TEST(ConfigTest, ServerSettingsDefaultsAndLimits) {
   EXPECT_FALSE(loadConfig(both).isOk());
 }
 
+// Issue 21 items 4 and 5: the limits of the edge before authentication,
+// their defaults, their parsing and a clear error for a bad value.
+TEST(ConfigTest, EdgeLimitsBeforeAuthenticationHaveDefaultsAndBounds) {
+  auto c = loadConfig({});
+  ASSERT_TRUE(c.isOk());
+  EXPECT_EQ(c->server.max_control_body_bytes, int64_t{64} << 10);
+  EXPECT_EQ(c->server.max_inflight_body_bytes, int64_t{256} << 20);
+  EXPECT_EQ(c->server.max_connections_per_address, 64);
+  EXPECT_EQ(c->server.reserved_connections, 64);
+  EXPECT_EQ(c->server.pressure_idle_timeout_ms, 2000);
+
+  ConfigSources sources;
+  sources.environment = {{"LATENTGATE_SERVER_MAX_INFLIGHT_BODY_BYTES", "1GiB"},
+                         {"LATENTGATE_SERVER_MAX_CONTROL_BODY_BYTES", "16KiB"}};
+  sources.flags = {{"server.max_connections_per_address", "0"},
+                   {"server.reserved_connections", "8"},
+                   {"server.pressure_idle_timeout_ms", "500"},
+                   {"server.max_connections", "16"}};  // below the reserve's default: cut at runtime, not an error
+  auto set = loadConfig(sources);
+  ASSERT_TRUE(set.isOk()) << set.status().toString();
+  EXPECT_EQ(set->server.max_inflight_body_bytes, int64_t{1} << 30);
+  EXPECT_EQ(set->server.max_control_body_bytes, int64_t{16} << 10);
+  EXPECT_EQ(set->server.max_connections_per_address, 0);
+  EXPECT_EQ(set->server.reserved_connections, 8);
+  EXPECT_EQ(set->server.pressure_idle_timeout_ms, 500);
+
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"LATENTGATE_SERVER_MAX_INFLIGHT_BODY_BYTES", "1MiB"},
+                                                        {"LATENTGATE_SERVER_MAX_CONTROL_BODY_BYTES", "100"},
+                                                        {"LATENTGATE_SERVER_MAX_CONNECTIONS_PER_ADDRESS", "-1"},
+                                                        {"LATENTGATE_SERVER_RESERVED_CONNECTIONS", "-2"},
+                                                        {"LATENTGATE_SERVER_PRESSURE_IDLE_TIMEOUT_MS", "0"}}) {
+    ConfigSources bad_sources;
+    bad_sources.environment = {{name, value}};
+    auto bad = loadConfig(bad_sources);
+    ASSERT_FALSE(bad.isOk()) << name << "=" << value;
+    EXPECT_NE(bad.status().message().find("server."), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(ConfigTest, EffectiveConfigRoundTrips) {
   Config c;
   c.engine.threads = 9;

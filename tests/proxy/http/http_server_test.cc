@@ -433,6 +433,78 @@ TEST_F(HttpServerTest, ExpectContinueIsAnsweredAtOnce) {
   EXPECT_EQ(echoed, std::string(3 << 20, 'z'));
 }
 
+// Issue 21 item 6, request smuggling: a request whose framing a proxy in
+// front could read another way is 400 (501 for a coding under chunked) and
+// ends the connection; what follows it is never parsed as a request. Before
+// the fix `Transfer-Encoding: gzip` was taken as "no body", and the body,
+// here a whole GET /hang, was served as a second request.
+TEST_F(HttpServerTest, AmbiguousFramingIsRefusedAndNothingAfterItIsParsed) {
+  start(options());
+  const std::string smuggled = "GET /hang HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  struct Case {
+    std::string what;
+    std::string fields;
+    int status;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"a final coding that is not chunked", "Transfer-Encoding: gzip\r\n", 400},
+           {"chunked, then identity", "Transfer-Encoding: chunked, identity\r\n", 400},
+           {"chunked, then another field", "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n", 400},
+           {"Transfer-Encoding with Content-Length", "Transfer-Encoding: gzip\r\nContent-Length: 42\r\n", 400},
+           {"Content-Length with Transfer-Encoding", "Content-Length: 42\r\nTransfer-Encoding: chunked\r\n", 400},
+           {"chunked twice", "Transfer-Encoding: chunked, chunked\r\n", 400},
+           {"obs-fold", "X-Folded: a\r\n b\r\nContent-Length: 42\r\n", 400},
+           {"obs-fold with a tab", "X-Folded: a\r\n\tTransfer-Encoding: chunked\r\n", 400},
+           {"a coding under chunked", "Transfer-Encoding: gzip, chunked\r\n", 501},
+       }) {
+    SCOPED_TRACE(c.what);
+    auto client = RawClient::connect(server_->port());
+    ASSERT_TRUE(client && client->startTls(tls_.ca_cert_path));
+    ASSERT_TRUE(client->send("POST /echo HTTP/1.1\r\nHost: localhost\r\n" + c.fields + "\r\n" + smuggled));
+    EXPECT_TRUE(client->waitClosed(5s));
+    const std::string& got = client->received();
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 " + std::to_string(c.status))) << got;
+    const size_t first_id = got.find("\r\nx-request-id: ");  // one per response
+    EXPECT_NE(first_id, std::string::npos) << got;
+    EXPECT_EQ(got.find("\r\nx-request-id: ", first_id + 1), std::string::npos) << "a second response: " << got;
+    EXPECT_NE(got.find("connection: close"), std::string::npos) << got;
+    const size_t split = got.find("\r\n\r\n");
+    ASSERT_NE(split, std::string::npos) << got;
+    auto j = nlohmann::json::parse(got.substr(split + 4), nullptr, false);
+    EXPECT_TRUE(j.is_object() && j["error"].is_object()) << got;
+  }
+  // HTTP/1.0 has no chunked coding.
+  auto old = RawClient::connect(server_->port());
+  ASSERT_TRUE(old && old->startTls(tls_.ca_cert_path));
+  ASSERT_TRUE(old->send("POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"));
+  EXPECT_TRUE(old->waitClosed(5s));
+  EXPECT_TRUE(old->received().starts_with("HTTP/1.1 400")) << old->received();
+  EXPECT_EQ(server_->stats().requests, 0u) << "a refused request reached a handler";
+  // A plain chunked body is still served.
+  auto fine = RawClient::connect(server_->port());
+  ASSERT_TRUE(fine && fine->startTls(tls_.ca_cert_path));
+  ASSERT_TRUE(fine->send("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         "5\r\nhello\r\n0\r\n\r\n"));
+  EXPECT_TRUE(fine->readUntil("hello", 5s).ends_with("\r\n\r\nhello")) << fine->received();
+}
+
+// Issue 21 item 12: no response may be sniffed as another type (a JSON error
+// that quotes a client's path, read by a browser as HTML): every response
+// says nosniff, once, whatever its handler set.
+TEST_F(HttpServerTest, EveryResponseSaysNosniffOnce) {
+  router_.add("GET", "/own-nosniff", [](const HttpRequest&, std::shared_ptr<Exchange> ex) {
+    ex->respond(200, {{"content-type", "text/html"}, {"X-Content-Type-Options", "nosniff"}}, "<p>hi</p>");
+  });
+  start(options());
+  for (const std::string path : {"/healthz", "/v1/nothing", "/own-nosniff", "/stream"}) {
+    auto r = curl({"-D", "-", "-o", "/dev/null", url(path)});
+    ASSERT_EQ(r.exit_code, 0) << path << ": " << r.err;
+    const size_t at = r.out.find("x-content-type-options: nosniff\r\n");
+    EXPECT_NE(at, std::string::npos) << path << ": " << r.out;
+    EXPECT_EQ(r.out.find("ontent-type-options", at + 10), std::string::npos) << path << ": twice: " << r.out;
+  }
+}
+
 TEST_F(HttpServerTest, HandlerBugsNeverLeakOrCorruptResponses) {
   start(options());
   // An exception: a bare 500, the text only in the log.

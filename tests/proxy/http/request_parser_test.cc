@@ -180,6 +180,71 @@ std::shared_ptr<FakeExchange> call(const Router& router, std::string method, std
   return ex;
 }
 
+// With hold_body the parser stops at the end of the header and reads no
+// body byte until admitBody(): the server decides about the request first
+// (issue 21 item 4).
+TEST(RequestParserTest, AHeldBodyIsReadOnlyOnceAdmitted) {
+  const std::string text = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloGET /next";
+  RequestParser p({}, /*hold_body=*/true);
+  std::string pending = text;
+  pending.erase(0, p.feed(pending));
+  ASSERT_EQ(p.state(), RequestParser::State::kBody);
+  EXPECT_EQ(pending, "helloGET /next");  // nothing of the body consumed
+  EXPECT_EQ(p.head().path, "/x");
+  EXPECT_EQ(p.declaredLength(), 5u);
+  EXPECT_FALSE(p.chunked());
+  EXPECT_EQ(p.feed(pending), 0u);  // still held
+  p.admitBody(1024);
+  pending.erase(0, p.feed(pending));
+  ASSERT_EQ(p.state(), RequestParser::State::kComplete);
+  EXPECT_EQ(pending, "GET /next");
+  EXPECT_EQ(p.take().body, "hello");
+
+  // A declared body over the route's limit fails at admission, unread.
+  RequestParser over({}, true);
+  over.feed("POST /x HTTP/1.1\r\nContent-Length: 2000\r\n\r\n");
+  over.admitBody(1000);
+  ASSERT_EQ(over.state(), RequestParser::State::kFailed);
+  EXPECT_EQ(over.failure().status, 413);
+  // A chunked one fails when it passes the limit.
+  RequestParser chunked({}, true);
+  std::string c = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  c.erase(0, chunked.feed(c));
+  EXPECT_TRUE(chunked.chunked());
+  chunked.admitBody(8);
+  chunked.feed("5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n");
+  ASSERT_EQ(chunked.state(), RequestParser::State::kFailed);
+  EXPECT_EQ(chunked.failure().status, 413);
+}
+
+// Issue 21 item 6: framing a proxy in front could read another way.
+TEST(RequestParserTest, AmbiguousFramingAndObsFoldAreRefused) {
+  for (const auto& [fields, status] : std::vector<std::pair<std::string, int>>{
+           {"Transfer-Encoding: gzip\r\n", 400},
+           {"Transfer-Encoding: chunked, identity\r\n", 400},
+           {"Transfer-Encoding: chunked,chunked\r\n", 400},
+           {"Transfer-Encoding: identity\r\nContent-Length: 3\r\n", 400},
+           {"X-A: 1\r\n folded\r\n", 400},
+           {"X-A: 1\r\n\tfolded\r\n", 400},
+           {"Transfer-Encoding: gzip, chunked\r\n", 501},
+       }) {
+    for (bool hold : {false, true}) {
+      RequestParser p({}, hold);
+      p.feed("POST /x HTTP/1.1\r\nHost: x\r\n" + fields + "\r\nabc");
+      ASSERT_EQ(p.state(), RequestParser::State::kFailed) << fields;
+      EXPECT_EQ(p.failure().status, status) << fields;
+    }
+  }
+  RequestParser http10({});
+  http10.feed("POST /x HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  EXPECT_EQ(http10.state(), RequestParser::State::kFailed);
+  // Chunked alone, in any case, is fine; so is white space inside a value.
+  RequestParser fine({});
+  fine.feed("POST /x HTTP/1.1\r\nX-A: a b\t c\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+  ASSERT_EQ(fine.state(), RequestParser::State::kComplete);
+  EXPECT_EQ(fine.take().body, "abc");
+}
+
 TEST(RouterTest, ExactThenLongestPrefixThenMethod) {
   Router router;
   std::string hit;
@@ -216,6 +281,45 @@ TEST(RouterTest, ExactThenLongestPrefixThenMethod) {
   EXPECT_EQ(j["error"]["message"], "Invalid URL (GET /v1/nothing)");
   EXPECT_TRUE(j["error"]["param"].is_null());
   EXPECT_TRUE(j["error"]["code"].is_null());
+}
+
+// At header time: 404 and 405 as handle() answers them, the route's body
+// size class, and a guarded route's header check (issue 21 item 4).
+TEST(RouterTest, PreflightAnswersRoutesGuardsAndBodyLimits) {
+  Router router;
+  auto nothing = [](const HttpRequest&, std::shared_ptr<Exchange>) {};
+  router.add("GET", "/open", nothing);
+  router.add("POST", "/big", nothing, Runs::kOnIoThread, BodySize::kLarge);
+  GuardedHandler guarded{nothing, [](const HttpRequest& head) -> std::optional<ApiError> {
+                           if (head.headers.get("x-pass") == "yes") return std::nullopt;
+                           ApiError e;
+                           e.http_status = 401;
+                           e.message = "no";
+                           return e;
+                         }};
+  router.add("POST", "/guarded", guarded);
+  router.setBodyLimits(1000, 10);
+  auto ask = [&](std::string method, std::string path, HttpHeaders headers = {}) {
+    HttpRequest head;
+    head.method = std::move(method);
+    head.path = std::move(path);
+    head.headers = std::move(headers);
+    return router.preflight(head);
+  };
+  EXPECT_EQ(ask("GET", "/nope").refusal->http_status, 404);
+  const HeadDecision wrong = ask("DELETE", "/open");
+  EXPECT_EQ(wrong.refusal->http_status, 405);
+  EXPECT_EQ(wrong.refusal_headers.get("allow"), "GET");
+  const HeadDecision open = ask("GET", "/open");
+  EXPECT_FALSE(open.refusal);
+  EXPECT_FALSE(open.authenticated);
+  EXPECT_EQ(open.max_body_bytes, 10u);
+  EXPECT_EQ(ask("POST", "/big").max_body_bytes, 1000u);
+  EXPECT_EQ(ask("POST", "/guarded").refusal->http_status, 401);
+  const HeadDecision passed = ask("POST", "/guarded", {{"X-Pass", "yes"}});
+  EXPECT_FALSE(passed.refusal);
+  EXPECT_TRUE(passed.authenticated);
+  EXPECT_EQ(router.find("POST", "/guarded"), 2);
 }
 
 TEST(RouterTest, HealthAndReadiness) {

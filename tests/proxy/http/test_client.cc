@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
@@ -16,9 +17,24 @@ namespace lg::proxy::testing {
 
 using Clock = std::chrono::steady_clock;
 
-std::unique_ptr<RawClient> RawClient::connect(uint16_t port) {
+std::unique_ptr<RawClient> RawClient::connect(uint16_t port) { return connectFrom(port, ""); }
+
+std::unique_ptr<RawClient> RawClient::connectFrom(uint16_t port, const std::string& source) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return nullptr;
+  if (!source.empty()) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_port = 0;
+    if (::inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1 ||
+        ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+      ::close(fd);
+      return nullptr;
+    }
+  }
+  // A blocked send gives up rather than hanging a test.
+  const timeval send_timeout{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);

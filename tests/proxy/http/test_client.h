@@ -19,6 +19,9 @@ class RawClient {
  public:
   // A TCP connection to 127.0.0.1:port; null when it fails.
   static std::unique_ptr<RawClient> connect(uint16_t port);
+  // The same from a source address of its own ("127.0.0.2": on Linux all of
+  // 127.0.0.0/8 is loopback), to act as another client.
+  static std::unique_ptr<RawClient> connectFrom(uint16_t port, const std::string& source);
   ~RawClient();
 
   // TLS handshake trusting `ca_file`; false when it fails.
