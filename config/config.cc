@@ -68,6 +68,13 @@ const std::array kFields = {
     LG_FIELD("server.max_body_bytes", server.max_body_bytes),
     LG_FIELD("server.default_max_tokens", server.default_max_tokens),
     LG_FIELD("server.stored_response_ttl_s", server.stored_response_ttl_s),
+    LG_FIELD("server.max_stored_response_bytes", server.max_stored_response_bytes),
+    LG_FIELD("server.blocking_threads", server.blocking_threads),
+    LG_FIELD("server.blocking_max_queued", server.blocking_max_queued),
+    LG_FIELD("server.blocking_max_queued_per_team", server.blocking_max_queued_per_team),
+    LG_FIELD("server.dashboard_sessions_per_key", server.dashboard_sessions_per_key),
+    LG_FIELD("server.dashboard_sign_in_failures_per_minute", server.dashboard_sign_in_failures_per_minute),
+    LG_FIELD("server.dashboard_sign_ins_per_key_per_minute", server.dashboard_sign_ins_per_key_per_minute),
     LG_FIELD("server.header_timeout_ms", server.header_timeout_ms),
     LG_FIELD("server.idle_timeout_ms", server.idle_timeout_ms),
     LG_FIELD("server.body_timeout_ms", server.body_timeout_ms),
@@ -114,6 +121,7 @@ const std::array kFields = {
     LG_FIELD("limits.key_tokens_per_minute", limits.key_tokens_per_minute),
     LG_FIELD("limits.team_requests_per_minute", limits.team_requests_per_minute),
     LG_FIELD("limits.team_tokens_per_minute", limits.team_tokens_per_minute),
+    LG_FIELD("limits.key_usage_queries_per_minute", limits.key_usage_queries_per_minute),
     LG_FIELD("billing.prices", billing.prices),
     LG_FIELD("billing.key_budget", billing.key_budget),
     LG_FIELD("billing.team_budget", billing.team_budget),
@@ -374,6 +382,34 @@ Status validateConfig(const Config& c) {
     return invalidArgument("server.stored_response_ttl_s: expected 1..315360000 (10 years), got " +
                            std::to_string(c.server.stored_response_ttl_s));
   }
+  if (c.server.max_stored_response_bytes < 1024 || c.server.max_stored_response_bytes > (int64_t{1} << 30)) {
+    return invalidArgument("server.max_stored_response_bytes: expected 1KiB..1GiB, got " +
+                           std::to_string(c.server.max_stored_response_bytes));
+  }
+  if (c.server.blocking_threads < 1 || c.server.blocking_threads > 256) {
+    return invalidArgument("server.blocking_threads: expected 1..256, got " + std::to_string(c.server.blocking_threads));
+  }
+  if (c.server.blocking_max_queued < 1 || c.server.blocking_max_queued > 1000000) {
+    return invalidArgument("server.blocking_max_queued: expected 1..1000000, got " +
+                           std::to_string(c.server.blocking_max_queued));
+  }
+  if (c.server.blocking_max_queued_per_team < 1 || c.server.blocking_max_queued_per_team > c.server.blocking_max_queued) {
+    return invalidArgument("server.blocking_max_queued_per_team: expected 1..server.blocking_max_queued (" +
+                           std::to_string(c.server.blocking_max_queued) + "), got " +
+                           std::to_string(c.server.blocking_max_queued_per_team));
+  }
+  if (c.server.dashboard_sessions_per_key < 1 || c.server.dashboard_sessions_per_key > 1024) {
+    return invalidArgument("server.dashboard_sessions_per_key: expected 1..1024, got " +
+                           std::to_string(c.server.dashboard_sessions_per_key));
+  }
+  for (const auto& [name, value] :
+       {std::pair{"dashboard_sign_in_failures_per_minute", c.server.dashboard_sign_in_failures_per_minute},
+        std::pair{"dashboard_sign_ins_per_key_per_minute", c.server.dashboard_sign_ins_per_key_per_minute}}) {
+    if (value < 0 || value > 1000000) {
+      return invalidArgument(std::string("server.") + name + ": expected 0..1000000 (0 = unlimited), got " +
+                             std::to_string(value));
+    }
+  }
   if (c.billing.idempotency_ttl_s < 1 || c.billing.idempotency_ttl_s > 10 * 365 * 24 * 3600) {
     return invalidArgument("billing.idempotency_ttl_s: expected 1..315360000 (10 years), got " +
                            std::to_string(c.billing.idempotency_ttl_s));
@@ -512,7 +548,8 @@ Status validateConfig(const Config& c) {
   for (const auto& [name, value] : {std::pair{"key_requests_per_minute", c.limits.key_requests_per_minute},
                                     std::pair{"key_tokens_per_minute", c.limits.key_tokens_per_minute},
                                     std::pair{"team_requests_per_minute", c.limits.team_requests_per_minute},
-                                    std::pair{"team_tokens_per_minute", c.limits.team_tokens_per_minute}}) {
+                                    std::pair{"team_tokens_per_minute", c.limits.team_tokens_per_minute},
+                                    std::pair{"key_usage_queries_per_minute", c.limits.key_usage_queries_per_minute}}) {
     if (value < 0) return invalidArgument(std::string("limits.") + name + ": expected >= 0 (0 = unlimited), got " + std::to_string(value));
   }
   if (c.cache.io_threads < 0 || c.cache.io_threads > 64) {

@@ -31,6 +31,18 @@ struct ServerOptions {
   int64_t max_body_bytes = int64_t{32} << 20;  // request body; larger: 413
   int default_max_tokens = 4096;               // a request without max_tokens gets this cap (DeepSeek's API: 4,096)
   int64_t stored_response_ttl_s = 30 * 24 * 3600;  // stored Responses (`store`) expire after this (OpenAI: 30 days)
+  int64_t max_stored_response_bytes = int64_t{4} << 20;  // one stored response's record; larger input: 400 before generation
+  // The blocking pool's tenants' lane (proxy/http/blocking_pool.h): threads,
+  // jobs waiting or running for all tenants, and one team's share of them.
+  // The admin key's routes have a lane of their own.
+  int blocking_threads = 2;
+  int blocking_max_queued = 256;
+  int blocking_max_queued_per_team = 32;
+  // Dashboard sign-in (docs/dashboard.md): sessions one key may hold, failed
+  // sign-ins per client address and sign-ins per API key a minute (0: unlimited).
+  int dashboard_sessions_per_key = 8;
+  int dashboard_sign_in_failures_per_minute = 20;
+  int dashboard_sign_ins_per_key_per_minute = 10;
   int header_timeout_ms = 10000;          // TLS handshake + request header (slow clients are cut off)
   int idle_timeout_ms = 60000;            // keep-alive connection with no request
   int body_timeout_ms = 60000;            // request header complete -> body complete (slow uploads are cut off)
@@ -130,6 +142,8 @@ struct LimitOptions {
   int64_t key_tokens_per_minute = 0;
   int64_t team_requests_per_minute = 0;
   int64_t team_tokens_per_minute = 0;
+  // GET /v1/usage and /user/balance per API key (0 = unlimited).
+  int64_t key_usage_queries_per_minute = 60;
 };
 
 struct BillingOptions {

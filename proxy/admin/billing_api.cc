@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -288,9 +289,37 @@ void BillingApi::stats(const HttpRequest&, std::shared_ptr<Exchange> exchange) c
 
 // -------------------------------------------------------- a key's own usage
 
+void BillingApi::setKeyQueryLimit(int64_t per_minute) {
+  if (per_minute <= 0) {
+    query_limiter_.reset();
+    return;
+  }
+  billing::RateLimitOptions o;
+  o.per_key.requests_per_minute = per_minute;
+  query_limiter_ = std::make_unique<billing::RateLimiter>(o);
+}
+
+std::optional<ApiError> BillingApi::overQueryLimit(const billing::Principal& who) const {
+  if (query_limiter_ == nullptr) return std::nullopt;
+  // Charged before the query reads anything: a flood costs the store nothing
+  // past the limit (the blocking pool bounds how many wait, per team).
+  const billing::RateDecision d = query_limiter_->admit(who.key_id, who.team, 0);
+  if (d.allowed) return std::nullopt;
+  ApiError e;
+  e.http_status = 429;
+  e.type = "rate_limit_error";
+  e.code = "rate_limit_exceeded";
+  e.message = "Usage queries of this key are limited to " +
+              std::to_string(query_limiter_->options().per_key.requests_per_minute) +
+              " a minute (limits.key_usage_queries_per_minute); retry later.";
+  e.retry_after_s = static_cast<int32_t>(std::max(1.0, std::ceil(d.retry_after_s)));
+  return e;
+}
+
 void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
                           const billing::Principal& caller) const {
   const billing::Principal* who = &caller;
+  if (auto e = overQueryLimit(caller)) return respondWithApiError(*exchange, *e);
   const auto q = parseQuery(request.query);
   billing::UsageQuery query;
   if (auto e = parseUsageRange(q, query)) return respondWithApiError(*exchange, *e);
@@ -328,6 +357,7 @@ void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> 
 
 void BillingApi::balance(const HttpRequest&, std::shared_ptr<Exchange> exchange, const billing::Principal& caller) const {
   const billing::Principal* who = &caller;
+  if (auto e = overQueryLimit(caller)) return respondWithApiError(*exchange, *e);
   // Without a budget a key may spend without limit: available, and no
   // prepaid balance to show. With one, its remaining amount is the balance.
   bool available = true;

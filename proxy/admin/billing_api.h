@@ -26,11 +26,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "billing/budget_view.h"
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
+#include "billing/rate_limiter.h"
 #include "proxy/gateway/admission.h"
 #include "proxy/http/router.h"
 #include "proxy/admin/usage_json.h"  // parseQuery, parseTimeParam; the JSON both this API and the dashboard show
@@ -45,8 +47,15 @@ class BillingApi {
              const Admission& admission, const billing::BudgetView* budgets = nullptr);
 
   void addRoutes(Router& router) const;
+  // GET /v1/usage and /user/balance: at most `per_minute` a minute per API
+  // key (0: unlimited; limits.key_usage_queries_per_minute), beyond which
+  // 429 rate_limit_exceeded with Retry-After. Set before the server starts.
+  void setKeyQueryLimit(int64_t per_minute);
 
  private:
+  // The 429 to answer when the key is over its query limit; nothing when it may ask.
+  std::optional<ApiError> overQueryLimit(const billing::Principal& who) const;
+
   void putPricing(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
   void getPricing(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
   void usageJson(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
@@ -63,6 +72,7 @@ class BillingApi {
   const billing::KeyStore& keys_;  // names the keys in ledger entries
   const Admission& admission_;
   const billing::BudgetView* const budgets_;
+  std::unique_ptr<billing::RateLimiter> query_limiter_;  // null: unlimited
 };
 
 }  // namespace lg::proxy

@@ -146,7 +146,51 @@ Dashboard::Dashboard(billing::Ledger& ledger, const billing::KeyStore& keys, con
       rate_limiter_(rate_limiter),
       memory_(memory),
       options_(std::move(options)),
-      sessions_(options_.max_sessions, options_.session_ttl_s * kUsPerS) {}
+      sessions_(options_.max_sessions, options_.session_ttl_s * kUsPerS, options_.max_sessions_per_key),
+      failures_by_address_(options_.sign_in_failures_per_minute),
+      sign_ins_by_key_(options_.sign_ins_per_key_per_minute) {}
+
+namespace {
+
+// The peer's address without its port: a client's connections share one bucket.
+std::string addressOf(const std::string& remote) {
+  const size_t colon = remote.rfind(':');
+  if (colon == std::string::npos || remote.find(']') != std::string::npos) {
+    const size_t close = remote.rfind(']');
+    return close == std::string::npos ? remote : remote.substr(0, close + 1);
+  }
+  return remote.substr(0, colon);
+}
+
+openai::ApiError tooManySignIns(std::string message, int64_t retry_after_s) {
+  openai::ApiError e;
+  e.http_status = 429;
+  e.type = "rate_limit_error";
+  e.code = "rate_limit_exceeded";
+  e.message = std::move(message);
+  e.retry_after_s = static_cast<int32_t>(retry_after_s);
+  return e;
+}
+
+}  // namespace
+
+bool Dashboard::adminSession(const HttpRequest& request) {
+  const auto token = cookieValue(request.headers, kCookie);
+  if (!token) return false;
+  const auto session = sessions_.find(*token, nowUs());
+  return session && session->viewer.admin();
+}
+
+void Dashboard::collect(metrics::ExpositionWriter& w) const {
+  if (w.family("latentgate_dashboard_sign_in_refusals_total",
+               "Dashboard sign-ins refused: too many failures from one address, too many sign-ins with one key, or a "
+               "session table of admin sessions only.",
+               metrics::MetricType::kCounter)) {
+    w.sample({{"reason", "address_failures"}}, refused_address_.load());
+    w.sample({{"reason", "key_sign_ins"}}, refused_key_.load());
+    w.sample({{"reason", "table_full"}}, refused_table_.load());
+  }
+}
 
 int64_t Dashboard::nowUs() const {
   return options_.clock_us ? options_.clock_us() : unixMicros();
@@ -202,6 +246,17 @@ void Dashboard::signIn(const HttpRequest& request, std::shared_ptr<Exchange> exc
   }
   const std::string& key = body["key"].get_ref<const std::string&>();
   if (key.empty()) return respondError(*exchange, openai::invalidRequest("key", "invalid_value", "`key` is empty."));
+  // Failures are throttled per address before the key is even looked at,
+  // so guessing stops at the bound; a right key is never counted, so a team
+  // behind one NAT address is not throttled by signing in.
+  const std::string address = addressOf(request.remote);
+  const int64_t now = nowUs();
+  if (!failures_by_address_.wouldAllow(address, now)) {
+    refused_address_.fetch_add(1);
+    proxyLog()->info("dashboard: a sign-in from {} refused: too many failed sign-ins", request.remote);
+    return respondError(*exchange, tooManySignIns("Too many failed sign-ins from this address: wait a minute.",
+                                                  failures_by_address_.take(address, now)));
+  }
   DashboardViewer viewer;
   const Caller caller = admission_.identify(key);
   if (caller.kind == Caller::Kind::kAdmin) {
@@ -212,11 +267,30 @@ void Dashboard::signIn(const HttpRequest& request, std::shared_ptr<Exchange> exc
     viewer.team = caller.who.team;
     viewer.key_name = caller.who.key_name;
   } else {
+    failures_by_address_.take(address, now);
     proxyLog()->info("dashboard: a sign-in with an unknown key from {}", request.remote);
     return respondError(*exchange, unauthorized("Incorrect key: sign in with the admin key or an API key."));
   }
-  const int64_t now = nowUs();
+  // Sign-ins per API key: a key holder cannot churn the table (the admin,
+  // who holds every power already, is not throttled).
+  if (!viewer.admin()) {
+    if (const int64_t wait_s = sign_ins_by_key_.take(viewer.key_id, now); wait_s > 0) {
+      refused_key_.fetch_add(1);
+      proxyLog()->info("dashboard: a sign-in with key {} from {} refused: too many sign-ins", viewer.key_id, request.remote);
+      return respondError(*exchange, tooManySignIns("Too many sign-ins with this key: wait a minute.", wait_s));
+    }
+  }
   auto token = sessions_.create(viewer, now);
+  if (!token.isOk() && token.status().code() == StatusCode::kResourceExhausted) {
+    refused_table_.fetch_add(1);
+    openai::ApiError e = openai::internalError();
+    e.http_status = 503;
+    e.type = "server_error";
+    e.code = "server_overloaded";
+    e.message = "Every dashboard session is in use: try again later.";
+    e.retry_after_s = 60;
+    return respondError(*exchange, e);
+  }
   if (!token.isOk()) {
     proxyLog()->error("dashboard: {}", token.status().toString());
     return respondError(*exchange, openai::internalError());

@@ -25,6 +25,7 @@
 // (blocking_pool.h), not on an I/O thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,6 +40,7 @@
 #include "billing/rate_limiter.h"
 #include "cache/cache_stats.h"
 #include "common/embedded_file.h"
+#include "common/metrics.h"
 #include "proxy/dashboard/dashboard_sessions.h"
 #include "proxy/gateway/admission.h"
 #include "proxy/http/router.h"
@@ -50,6 +52,9 @@ namespace lg::proxy {
 struct DashboardOptions {
   int64_t session_ttl_s = 8 * 3600;
   size_t max_sessions = 1024;
+  size_t max_sessions_per_key = 8;               // a key's oldest session goes first (dashboard_sessions.h)
+  int64_t sign_in_failures_per_minute = 20;      // per client address; 0: unlimited
+  int64_t sign_ins_per_key_per_minute = 10;      // per API key (the admin key is not throttled); 0: unlimited
   size_t recent_limit = 50;              // ledger entries in "recent"
   size_t recent_max_examined = 10'000;   // the reverse scan's bound (a team's entries among everyone's)
   size_t top_system_prompts = 20;
@@ -82,6 +87,11 @@ class Dashboard {
                                    int64_t granularity_s) const;
 
   DashboardSessions& sessions() { return sessions_; }
+  // Whether a request's session cookie names a live admin session: for the
+  // blocking pool's lanes. Reads only memory.
+  bool adminSession(const HttpRequest& request);
+  // latentgate_dashboard_sign_in_refusals_total{reason}.
+  void collect(metrics::ExpositionWriter& w) const;
 
  private:
   int64_t nowUs() const;
@@ -106,6 +116,9 @@ class Dashboard {
   const DashboardMemorySources memory_;
   const DashboardOptions options_;
   DashboardSessions sessions_;
+  SignInThrottle failures_by_address_;
+  SignInThrottle sign_ins_by_key_;
+  std::atomic<uint64_t> refused_address_{0}, refused_key_{0}, refused_table_{0};
 };
 
 // The headers of every dashboard response: the Content-Security-Policy,

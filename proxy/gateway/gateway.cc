@@ -36,7 +36,7 @@ void Gateway::addRoutes(Router& router) const {
   router.add("POST", "/v1/chat/completions", route(&Gateway::chatCompletions), Runs::kOnIoThread, BodySize::kLarge);
   router.add("POST", "/v1/completions", route(&Gateway::completions), Runs::kOnIoThread, BodySize::kLarge);
   router.add("POST", "/v1/responses", route(&Gateway::responses), Runs::kOnIoThread, BodySize::kLarge);
-  router.addPrefix("GET", "/v1/responses/", route(&Gateway::getResponse));
+  router.addPrefix("GET", "/v1/responses/", route(&Gateway::getResponse), Runs::kBlocking);  // a read and a parse
   router.addPrefix("DELETE", "/v1/responses/", route(&Gateway::deleteResponse), Runs::kBlocking);  // a synced delete
   router.add("GET", "/v1/models", route(&Gateway::models));
   router.add("GET", "/models", route(&Gateway::models));

@@ -28,9 +28,11 @@
 #include "proxy/gateway/admission.h"
 #include "proxy/gateway/generation.h"
 #include "proxy/gateway/response_store.h"
+#include "proxy/http/blocking_pool.h"
 #include "proxy/http/router.h"
 #include "proxy/openai/prompt_encoder.h"
 #include "proxy/openai/request_types.h"
+#include "proxy/openai/responses_request.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace lg::proxy {
@@ -53,6 +55,9 @@ class Gateway {
           const text::Tokenizer& tokenizer, const openai::PromptEncoder& encoder, ResponseStore* responses);
 
   void addRoutes(Router& router) const;
+  // Where reads of stored responses run (null: inline, as in unit tests);
+  // set before the server starts, it must outlive it.
+  void setBlockingPool(BlockingPool* pool) { blocking_ = pool; }
 
  private:
   // One file each.
@@ -61,6 +66,10 @@ class Gateway {
   void completions(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
                    const billing::Principal& who) const;
   void responses(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
+  // The rest of POST /v1/responses once parsed: on the blocking pool when it
+  // reads a stored chain (previous_response_id), else on the I/O thread.
+  void continueResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who,
+                        nlohmann::json body, openai::ParsedResponsesRequest parsed) const;
   void getResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
                    const billing::Principal& who) const;
   void deleteResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
@@ -68,7 +77,7 @@ class Gateway {
   void models(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
 
   // The stored response a previous_response_id names, or the client's error (stored_responses.cc).
-  openai::ApiResult<StoredResponse> previousResponse(const HttpRequest& request, const billing::Principal& who,
+  openai::ApiResult<StoredConversation> previousResponse(const HttpRequest& request, const billing::Principal& who,
                                                      const std::string& id) const;
 
   // What the endpoints share (gateway.cc).
@@ -87,6 +96,7 @@ class Gateway {
   const text::Tokenizer& tokenizer_;
   const openai::PromptEncoder& encoder_;
   ResponseStore* const responses_;
+  BlockingPool* blocking_ = nullptr;
 };
 
 }  // namespace lg::proxy

@@ -10,11 +10,37 @@
 // durable, per-key store; billing/ lends it a table ("resp/", "respexp/").
 //
 // Records are keyed by their owner, the API key id, then the response id:
-//   resp/<key id>/<response id>                 -> {created, expires, input, response}
+//   resp/<key id>/<response id>                 -> {v: 2, created, expires, parent, depth, items, response}
 //   respexp/<expires, 20 digits>/<key id>/<id>  -> the record's key (expiry order)
+//   respkid/<key id>/<id>                       -> "" (a continuation refers to it)
 // so a lookup by another key reads a key that does not exist: it takes the
 // same path as an unknown id and cannot tell a client whether the id exists.
 // A revoked key's records stay unreadable until they expire.
+//
+// What a record holds (issue 21, item 7). Only what reaches the prompt is
+// kept: the turn's message and tool-call items reduced to the fields the
+// Responses parser reads (promptItems: a 29 MB reasoning item, hosted-tool
+// items and unknown fields of an item are never stored), and the response
+// object. A continuation (previous_response_id) is stored as a reference to
+// its parent plus its own new items, so a chain's stored bytes grow with
+// each turn's new input, not with the whole conversation; reading a
+// conversation walks the chain (conversation()). The walk is bounded: a
+// continuation whose parent is `max_chain_depth` deep, or whose chain has
+// less than half the TTL left, is stored whole instead (a new root), so a
+// read is at most max_chain_depth + 1 point reads and a chain never outlives
+// its records (a continuation expires no later than its parent). A record
+// larger than `max_record_bytes` is refused (checkSize, before generation)
+// or, if its output made it so, not kept.
+//
+// DELETE by the client removes a record outright unless a continuation
+// refers to it (respkid/); then it leaves a tombstone: the id is gone at
+// once for GET and previous_response_id, but the items the later turns of
+// its chain read stay, unreadable by id, until the record expires (as they
+// did before item 7, copied into every later turn). The admin's purge (purgeOwner)
+// deletes a key's records outright.
+//
+// Records written before item 7 ({created, expires, input, response}, the
+// whole conversation in `input`) read as roots.
 //
 // Expired records are never returned: a read that finds one deletes it, and
 // record() deletes up to kSweepBatch expired records at most once a minute,
@@ -46,18 +72,43 @@
 namespace lg::proxy {
 
 struct StoredResponse {
-  nlohmann::json input = nlohmann::json::array();  // the request's effective input items
-  nlohmann::json response;                         // the response object, as GET returns it
+  // This record's own prompt items: the turn's new items for a continuation,
+  // the whole conversation before the turn for a root.
+  nlohmann::json input = nlohmann::json::array();
+  nlohmann::json response;  // the response object, as GET returns it
+  std::string parent;       // the previous response's id; empty: a root
+  int depth = 0;            // records above this one in its chain
   int64_t created_unix = 0;
   int64_t expires_unix = 0;
 
-  // The items a continuation starts from: the input, then the response's
+  // This record's part of a conversation: its input, then the response's
   // output items (which the Responses parser reads as input items).
   nlohmann::json conversation() const;
 };
 
+// The conversation a continuation of one stored response starts from.
+struct StoredConversation {
+  nlohmann::json items = nlohmann::json::array();  // every turn's items, oldest first
+  std::string id;            // the response continued
+  int depth = 0;             // its depth
+  int64_t expires_unix = 0;  // the chain's: the earliest expiry of its records
+};
+
+// What record() keeps of one turn's input.
+struct StoredTurn {
+  nlohmann::json items = nlohmann::json::array();  // promptItems() of what the record holds
+  std::string parent;                              // empty: a root
+  int depth = 0;
+  int64_t expires_cap_unix = 0;  // 0: none; a continuation never outlives its chain
+};
+
 struct ResponseStoreOptions {
   int64_t ttl_s = 30 * 24 * 3600;
+  // A record's bytes (its items and the response object, as stored); larger
+  // is refused before generation (checkSize) or not kept.
+  int64_t max_record_bytes = int64_t{4} << 20;
+  // Records in a chain before a continuation is stored whole (bounds a read).
+  int max_chain_depth = 32;
   std::function<int64_t()> now;  // Unix seconds; empty: the system clock (tests pass their own)
 };
 
@@ -72,16 +123,44 @@ class ResponseStore {
   // Keeps a finished response for `owner` (an API key id), unless the
   // request said `store: false` or the response did not finish (only
   // "completed" and "incomplete" responses are kept, as at OpenAI; failed
-  // and cancelled ones are not). `input`: the effective input items; the
-  // response's `id` names the record. Not synced (see above).
-  Status record(std::string_view owner, bool store, const nlohmann::json& input, const nlohmann::json& response);
+  // and cancelled ones are not). `turn`: what turnFor() chose; the
+  // response's `id` names the record. A record over max_record_bytes is not
+  // kept (ResourceExhausted; its client already has the response). Not
+  // synced (see above).
+  Status record(std::string_view owner, bool store, const StoredTurn& turn, const nlohmann::json& response);
+  // A root record of `input` (its promptItems): record(turnFor(nullptr, input)).
+  Status record(std::string_view owner, bool store, const nlohmann::json& input, const nlohmann::json& response) {
+    return record(owner, store, turnFor(nullptr, input), response);
+  }
+
+  // What a new turn stores: a reference to `previous` and `new_items`, or
+  // (previous null, too deep, or its chain too close to expiry) a root
+  // holding the whole conversation.
+  StoredTurn turnFor(const StoredConversation* previous, const nlohmann::json& new_items) const;
+  // InvalidArgument when the turn's items alone pass max_record_bytes.
+  Status checkSize(const StoredTurn& turn) const;
 
   // The owner's unexpired record, or nothing: an unknown id, another key's
-  // id and an expired record (deleted on the way) look the same.
+  // id, a deleted and an expired record (deleted on the way) look the same.
   Result<std::optional<StoredResponse>> get(std::string_view owner, std::string_view id);
 
-  // Deletes the owner's record, synced. False when get() would find none.
+  // The conversation a continuation of the owner's response `id` starts
+  // from, its chain walked; nothing when get() finds nothing or an ancestor
+  // is gone. At most max_chain_depth + 1 point reads.
+  Result<std::optional<StoredConversation>> conversation(std::string_view owner, std::string_view id);
+
+  // Deletes the owner's record, synced: a tombstone that keeps only what a
+  // later turn of its chain reads (see above). False when get() would find none.
   Result<bool> remove(std::string_view owner, std::string_view id);
+
+  // Deletes every record of `owner` (tombstones included) outright, synced,
+  // in batches; returns how many. The admin's purge.
+  Result<int64_t> purgeOwner(std::string_view owner);
+
+  // Records not kept because they passed max_record_bytes (checkSize's
+  // refusals are the gateway's to count).
+  uint64_t oversizeDropped() const { return oversize_dropped_.load(); }
+  int64_t maxRecordBytes() const { return options_.max_record_bytes; }
 
   // Deletes up to `max_records` expired records, oldest first; returns how
   // many. Not synced.
@@ -91,18 +170,28 @@ class ResponseStore {
   int64_t now() const;
   // The keys of up to `max_records` expired records, and their expiry keys.
   Status collectExpired(int64_t now, int64_t max_records, std::vector<std::string>& keys);
+  // The record as stored, tombstones included; nothing when absent or
+  // expired (an expired one is deleted).
+  Result<std::optional<StoredResponse>> read(std::string_view owner, std::string_view id, bool* deleted);
 
   billing::BillingDb& db_;
   const ResponseStoreOptions options_;
   std::atomic<int64_t> next_sweep_unix_{0};
+  std::atomic<uint64_t> oversize_dropped_{0};
 };
 
 // A Responses `input` as a list of items: a string is one user message.
 nlohmann::json inputItems(const nlohmann::json& input);
 
+// The items of `items` that reach a prompt, reduced to the fields the
+// Responses parser reads (messages, function and custom tool calls and their
+// outputs; text content parts as {type, text}); reasoning items, hosted-tool
+// items and anything unknown are left out. What a record stores.
+nlohmann::json promptItems(const nlohmann::json& items);
+
 // The input of a request that continues `previous`: its conversation, then
 // the request's own items. The previous request's instructions are not
 // carried over (OpenAI's semantics): they were never an input item.
-nlohmann::json continuedInput(const StoredResponse& previous, const nlohmann::json& input);
+nlohmann::json continuedInput(const StoredConversation& previous, const nlohmann::json& input);
 
 }  // namespace lg::proxy

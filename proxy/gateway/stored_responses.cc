@@ -20,7 +20,7 @@ std::string idOf(const HttpRequest& request) { return request.path.substr(std::s
 
 }  // namespace
 
-openai::ApiResult<StoredResponse> Gateway::previousResponse(const HttpRequest& request, const billing::Principal& who,
+openai::ApiResult<StoredConversation> Gateway::previousResponse(const HttpRequest& request, const billing::Principal& who,
                                                             const std::string& id) const {
   if (responses_ == nullptr) {
     // No store: say so rather than answer without the context.
@@ -28,7 +28,9 @@ openai::ApiResult<StoredResponse> Gateway::previousResponse(const HttpRequest& r
                                   "Stored responses are not kept by this server; send the whole conversation in "
                                   "`input`.");
   }
-  auto previous = responses_->get(who.key_id, id);
+  // The chain walked (at most max_chain_depth point reads): an expired or
+  // purged ancestor is the same clear 400 as a missing id.
+  auto previous = responses_->conversation(who.key_id, id);
   if (!previous.isOk()) {
     proxyLog()->error("request {}: reading a stored response failed: {}", request.id, previous.status().toString());
     return openai::internalError();

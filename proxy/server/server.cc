@@ -10,6 +10,7 @@
 #include "proxy/admin/budget_api.h"
 #include "proxy/admin/keys_api.h"
 #include "proxy/admin/metrics_route.h"
+#include "proxy/admin/responses_api.h"
 #include "proxy/admin/shared_prefixes.h"
 #include "proxy/dashboard/dashboard.h"
 #include "proxy/gateway/admission.h"
@@ -71,6 +72,7 @@ struct Server::Parts {
   std::unique_ptr<BillingApi> billing_api;
   std::unique_ptr<BudgetApi> budget_api;
   std::unique_ptr<SharedPrefixPublisher> shared_prefixes;
+  std::unique_ptr<ResponsesAdminApi> responses_api;
   std::unique_ptr<Dashboard> dashboard;
   // Runs what is still queued when it is destroyed: after the server
   // stopped, before what the routes' handlers use.
@@ -92,6 +94,7 @@ Status Server::Parts::openBilling() {
   admin.emplace(std::move(a));
   ResponseStoreOptions response_options;
   response_options.ttl_s = config.server.stored_response_ttl_s;
+  response_options.max_record_bytes = config.server.max_stored_response_bytes;
   responses = std::make_unique<ResponseStore>(*db, response_options);
   // What expired while the server was down; later sweeps ride on new records.
   for (;;) {
@@ -145,6 +148,14 @@ Status Server::Parts::build() {
   if (engine.cache != nullptr) gateway_options.shared_namespaces = cache::applySharedGrants(grants, *engine.cache);
   gateway = std::make_unique<Gateway>(gateway_options, *admission, *generation, *engine.tokenizer, *encoder,
                                       responses.get());
+  // The routes that wait on the disk run here, in lanes (blocking_pool.h):
+  // the admin's own, and the tenants', each team with a bounded share.
+  BlockingPoolOptions pool_options;
+  pool_options.threads = config.server.blocking_threads;
+  pool_options.max_queued = static_cast<size_t>(config.server.blocking_max_queued);
+  pool_options.max_queued_per_tenant = static_cast<size_t>(config.server.blocking_max_queued_per_team);
+  blocking_pool = std::make_unique<BlockingPool>(pool_options);
+  gateway->setBlockingPool(blocking_pool.get());
   // A revoked key's requests in flight are cancelled within one engine step
   // (billed for what they computed), whichever path revoked it.
   keys->onRevoke([this](const billing::ApiKeyInfo& key) {
@@ -154,6 +165,8 @@ Status Server::Parts::build() {
   });
   keys_api = std::make_unique<KeysApi>(*keys, *admission);
   billing_api = std::make_unique<BillingApi>(*ledger, *prices, *keys, *admission, budgets.get());
+  billing_api->setKeyQueryLimit(config.limits.key_usage_queries_per_minute);
+  responses_api = std::make_unique<ResponsesAdminApi>(*responses, *keys, *admission);
   budget_api = std::make_unique<BudgetApi>(*budgets, *keys, *admission);
   // Publishing into a shared namespace needs the cache (cache.enabled).
   if (engine.cache != nullptr) {
@@ -170,6 +183,9 @@ Status Server::Parts::build() {
                                     static_cast<uint64_t>(engine.backend->latentLayout().blockBytes())};
   DashboardOptions dashboard_options;
   dashboard_options.clock_us = hooks.clock_us;
+  dashboard_options.max_sessions_per_key = static_cast<size_t>(config.server.dashboard_sessions_per_key);
+  dashboard_options.sign_in_failures_per_minute = config.server.dashboard_sign_in_failures_per_minute;
+  dashboard_options.sign_ins_per_key_per_minute = config.server.dashboard_sign_ins_per_key_per_minute;
   dashboard = std::make_unique<Dashboard>(*ledger, *keys, *admission, budgets.get(), rate_limiter.get(),
                                           DashboardMemorySources{scheduler.get(), engine.cache, memory},
                                           dashboard_options);
@@ -179,6 +195,13 @@ Status Server::Parts::build() {
   registry.add([this](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { budgets->collect(w); });
+  registry.add([this](metrics::ExpositionWriter& w) { blocking_pool->collect(w); });
+  registry.add([this](metrics::ExpositionWriter& w) { dashboard->collect(w); });
+  registry.add([this](metrics::ExpositionWriter& w) {
+    w.counter("latentgate_stored_responses_not_kept_total",
+              "Finished responses not stored because their record passed server.max_stored_response_bytes.",
+              responses->oversizeDropped());
+  });
   addRoutes();
   registry.add([this](metrics::ExpositionWriter& w) { request_metrics->collect(w); });
 
@@ -190,8 +213,17 @@ Status Server::Parts::build() {
 }
 
 void Server::Parts::addRoutes() {
-  // The admin API's synced writes and scans wait here, not on an I/O thread.
-  blocking_pool = std::make_unique<BlockingPool>();
+  // The admin API's synced writes and scans wait on the blocking pool, not
+  // on an I/O thread; each job in its caller's lane, decided from memory
+  // before it queues: the admin key (or an admin's dashboard session), else
+  // the key's team, else the one tenant of callers without credentials.
+  blocking_pool->setClassifier([this](const HttpRequest& request) {
+    const Caller caller = admission->identify(request);
+    if (caller.kind == Caller::Kind::kAdmin) return BlockingPool::admin();
+    if (caller.kind == Caller::Kind::kKey) return BlockingPool::tenant(caller.who.team);
+    if (request.path.starts_with("/dashboard/") && dashboard->adminSession(request)) return BlockingPool::admin();
+    return BlockingPool::tenant("");
+  });
   router.setBlockingPool(blocking_pool.get());
   router.setBodyLimits(static_cast<uint64_t>(config.server.max_body_bytes),
                        static_cast<uint64_t>(config.server.max_control_body_bytes));
@@ -201,6 +233,7 @@ void Server::Parts::addRoutes() {
   billing_api->addRoutes(router);
   budget_api->addRoutes(router);
   if (shared_prefixes) shared_prefixes->addRoutes(router);
+  responses_api->addRoutes(router);
   dashboard->addRoutes(router);
   addMetricsRoute(router, registry, *admission);
   // Counts every request by route and status; built once every route is added.

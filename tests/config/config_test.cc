@@ -1,6 +1,7 @@
 #include "config/config.h"
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -388,6 +389,42 @@ TEST(ConfigTest, IdempotencyKeysStaySpentForADayUnlessConfigured) {
   auto bad = loadConfig(sources);
   ASSERT_FALSE(bad.isOk());
   EXPECT_NE(bad.status().message().find("billing.idempotency_ttl_s"), std::string::npos) << bad.status().message();
+}
+
+// Issue 21, items 7-9: the limits' defaults, a size with a suffix, and each
+// bad value a clear start error naming its field.
+TEST(ConfigTest, StorageBlockingPoolAndSignInLimitsAreValidated) {
+  ConfigSources sources;
+  auto c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->server.max_stored_response_bytes, int64_t{4} << 20);
+  EXPECT_EQ(c->server.blocking_threads, 2);
+  EXPECT_EQ(c->server.blocking_max_queued, 256);
+  EXPECT_EQ(c->server.blocking_max_queued_per_team, 32);
+  EXPECT_EQ(c->server.dashboard_sessions_per_key, 8);
+  EXPECT_EQ(c->server.dashboard_sign_in_failures_per_minute, 20);
+  EXPECT_EQ(c->server.dashboard_sign_ins_per_key_per_minute, 10);
+  EXPECT_EQ(c->limits.key_usage_queries_per_minute, 60);
+  sources.environment = {{"LATENTGATE_SERVER_MAX_STORED_RESPONSE_BYTES", "1MiB"},
+                         {"LATENTGATE_LIMITS_KEY_USAGE_QUERIES_PER_MINUTE", "0"}};
+  c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->server.max_stored_response_bytes, int64_t{1} << 20);
+  EXPECT_EQ(c->limits.key_usage_queries_per_minute, 0);
+  for (const auto& [env, value, field] :
+       {std::tuple{"LATENTGATE_SERVER_MAX_STORED_RESPONSE_BYTES", "100", "server.max_stored_response_bytes"},
+        std::tuple{"LATENTGATE_SERVER_BLOCKING_THREADS", "0", "server.blocking_threads"},
+        std::tuple{"LATENTGATE_SERVER_BLOCKING_MAX_QUEUED", "0", "server.blocking_max_queued"},
+        std::tuple{"LATENTGATE_SERVER_BLOCKING_MAX_QUEUED_PER_TEAM", "257", "server.blocking_max_queued_per_team"},
+        std::tuple{"LATENTGATE_SERVER_DASHBOARD_SESSIONS_PER_KEY", "0", "server.dashboard_sessions_per_key"},
+        std::tuple{"LATENTGATE_SERVER_DASHBOARD_SIGN_IN_FAILURES_PER_MINUTE", "-1",
+                   "server.dashboard_sign_in_failures_per_minute"},
+        std::tuple{"LATENTGATE_LIMITS_KEY_USAGE_QUERIES_PER_MINUTE", "-1", "limits.key_usage_queries_per_minute"}}) {
+    sources.environment = {{env, value}};
+    auto bad = loadConfig(sources);
+    ASSERT_FALSE(bad.isOk()) << env;
+    EXPECT_NE(bad.status().message().find(field), std::string::npos) << bad.status().message();
+  }
 }
 
 }  // namespace

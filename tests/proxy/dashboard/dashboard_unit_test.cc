@@ -157,6 +157,52 @@ TEST(DashboardSessionsTest, SessionsAreBoundedAndExpiredOnesGoFirst) {
   EXPECT_EQ(sessions.size(), 2u);
 }
 
+// Issue 21, item 9: one key churns only its own sessions, and a team's
+// sign-in never evicts an admin's session.
+TEST(DashboardSessionsTest, AKeyHoldsABoundedShareAndNeverEvictsTheAdmin) {
+  DashboardSessions sessions(4, 1000, 2);
+  const DashboardViewer admin{};
+  const DashboardViewer alice{DashboardViewer::Role::kTeam, "key_a", "team-a", "alice"};
+  const DashboardViewer bob{DashboardViewer::Role::kTeam, "key_b", "team-a", "bob"};
+  auto root = sessions.create(admin, 0);
+  ASSERT_TRUE(root.isOk());
+  std::vector<std::string> mine;
+  for (int i = 1; i <= 50; ++i) mine.push_back(*sessions.create(alice, i));
+  EXPECT_EQ(sessions.size(), 3u) << "the admin's and alice's last two";
+  EXPECT_TRUE(sessions.find(*root, 60).has_value());
+  EXPECT_TRUE(sessions.find(mine[49], 60).has_value());
+  EXPECT_FALSE(sessions.find(mine[47], 60).has_value());
+  // Full of admins and one team: a team's sign-in evicts a team's session only.
+  auto root2 = sessions.create(admin, 61);
+  auto b = sessions.create(bob, 62);
+  ASSERT_TRUE(root2.isOk() && b.isOk());
+  EXPECT_TRUE(sessions.find(*root, 63).has_value());
+  EXPECT_TRUE(sessions.find(*root2, 63).has_value());
+  EXPECT_EQ(sessions.size(), 4u);
+  // Only admins: a team is refused rather than evict one.
+  DashboardSessions admins(2, 1000, 8);
+  auto x = admins.create(admin, 0), y = admins.create(admin, 1);
+  ASSERT_TRUE(x.isOk() && y.isOk());
+  EXPECT_EQ(admins.create(alice, 2).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(admins.find(*x, 3).has_value());
+  EXPECT_TRUE(admins.create(admin, 4).isOk()) << "an admin makes room among admins";
+}
+
+TEST(SignInThrottleTest, ABucketAMinuteRefillsAndNamesAreBounded) {
+  SignInThrottle t(3, 2);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(t.take("10.0.0.1", 0), 0) << i;
+  EXPECT_FALSE(t.wouldAllow("10.0.0.1", 0));
+  EXPECT_EQ(t.take("10.0.0.1", 0), 20) << "one refills in 20 s";
+  EXPECT_TRUE(t.wouldAllow("10.0.0.2", 0));
+  EXPECT_EQ(t.take("10.0.0.2", 0), 0);
+  EXPECT_EQ(t.take("10.0.0.3", 0), 60) << "a third name while none refilled: refused, the others kept";
+  EXPECT_FALSE(t.wouldAllow("10.0.0.1", 1'000'000));
+  EXPECT_TRUE(t.wouldAllow("10.0.0.1", 21'000'000));
+  EXPECT_EQ(t.take("10.0.0.3", 61'000'000), 0) << "refilled names are forgotten for new ones";
+  SignInThrottle unlimited(0);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(unlimited.take("x", 0), 0);
+}
+
 TEST(DashboardIsolationTest, RowsOfAnotherTeamAreDroppedEvenIfAQueryLetThemThrough) {
   std::vector<billing::UsageRow> rows = {{"key_1", "team-a", -1, {}}, {"key_2", "team-b", -1, {}}, {"key_3", "team-a", -1, {}}};
   EXPECT_EQ(dropOtherTeams(rows, "team-a", "key row"), 1u);

@@ -5,6 +5,7 @@
 // parses to the same prompt as the client resending it all.
 #include "proxy/gateway/response_store.h"
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -232,7 +233,7 @@ TEST(ResponseStoreTest, AContinuationParsesLikeTheResentConversation) {
   ResponseStore store(*db, {});
   const json first_input = json::array({json{{"role", "user"}, {"content", "Read the readme."}}});
   ASSERT_TRUE(store.record("key_a", true, first_input, response).isOk());
-  auto previous = store.get("key_a", response["id"].get<std::string>());
+  auto previous = store.conversation("key_a", response["id"].get<std::string>());
   ASSERT_TRUE(previous.isOk() && previous->has_value());
 
   const std::string call_id = response["output"][2]["call_id"].get<std::string>();
@@ -267,6 +268,164 @@ TEST(ResponseStoreTest, AContinuationParsesLikeTheResentConversation) {
   }
   EXPECT_EQ(ma[0].content, "New instructions.") << "only this request's instructions";
   EXPECT_EQ(*a->previous_response_id, response["id"].get<std::string>());
+}
+
+// Issue 21, item 7: a chain is stored as references, each record holding its
+// own turn; reading walks it; the walk is bounded; the chain never outlives
+// its records; the admin's purge removes everything of a key.
+int64_t storedBytes(billing::BillingDb& db) {
+  int64_t total = 0;
+  EXPECT_TRUE(db.scan("resp/", [&](std::string_view k, std::string_view v) {
+                  total += static_cast<int64_t>(k.size() + v.size());
+                  return true;
+                })
+                  .isOk());
+  return total;
+}
+
+json userItem(const std::string& text) { return json::array({json{{"role", "user"}, {"content", text}}}); }
+
+// Records `turns` turns, each continuing the last; the last id.
+std::string recordChain(ResponseStore& store, int turns, const std::string& prefix) {
+  std::string id;
+  for (int i = 0; i < turns; ++i) {
+    std::optional<StoredConversation> previous;
+    if (!id.empty()) {
+      auto c = store.conversation("key_a", id);
+      EXPECT_TRUE(c.isOk() && c->has_value()) << i;
+      previous = **c;
+    }
+    const StoredTurn turn = store.turnFor(previous ? &*previous : nullptr, userItem("turn " + std::to_string(i)));
+    const std::string next = prefix + std::to_string(i);
+    EXPECT_TRUE(store.record("key_a", true, turn, responseObject(next, "completed",
+                                                                  json::array({assistantMessage("reply " + std::to_string(i))})))
+                    .isOk());
+    id = next;
+  }
+  return id;
+}
+
+TEST(ResponseStoreChainTest, AChainsStoredBytesGrowWithEachTurnNotTheConversation) {
+  test::TempDir dir;
+  auto db = openDb(dir);
+  ResponseStore store(*db, {});
+  recordChain(store, 1, "resp_x");
+  const int64_t one = storedBytes(*db);
+  const std::string last = recordChain(store, 10, "resp_c");
+  const int64_t ten = storedBytes(*db) - one;
+  // Ten records of about one record's size each, not 1 + 2 + ... + 10.
+  EXPECT_LT(ten, 10 * one + 10 * 64) << "one record " << one << ", ten " << ten;
+  auto c = store.conversation("key_a", last);
+  ASSERT_TRUE(c.isOk() && c->has_value());
+  ASSERT_EQ((*c)->items.size(), 20u) << "every turn's input and output, oldest first";
+  EXPECT_EQ((*c)->items[0]["content"], "turn 0");
+  EXPECT_EQ((*c)->items[19]["content"][0]["text"], "reply 9");
+  EXPECT_EQ((*c)->depth, 9);
+  // What the layout before issue 21 would have written: each record holding
+  // its whole conversation (printed for the record, docs/security.md).
+  int64_t whole = 0;
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "resp_c" + std::to_string(i);
+    auto conv = store.conversation("key_a", id);
+    auto rec = store.get("key_a", id);
+    ASSERT_TRUE(conv.isOk() && conv->has_value() && rec.isOk() && rec->has_value());
+    json items = (*conv)->items;
+    items.erase(items.end() - 1);  // its own output is in the response object
+    whole += static_cast<int64_t>(json{{"input", items}, {"response", (*rec)->response}}.dump().size());
+  }
+  std::printf("a 10-turn chain: %lld bytes stored as references, %lld if each record held its conversation\n",
+              static_cast<long long>(ten), static_cast<long long>(whole));
+  EXPECT_LT(ten * 2, whole);
+}
+
+TEST(ResponseStoreChainTest, ReasoningHostedItemsAndUnknownFieldsAreNotStored) {
+  const json items = json::array(
+      {json{{"type", "reasoning"}, {"encrypted_content", std::string(1000, 'r')}},
+       json{{"type", "web_search_call"}, {"id", "ws"}},
+       json{{"role", "user"}, {"content", json::array({json{{"type", "input_text"}, {"text", "hi"}, {"junk", "x"}}})},
+            {"junk", std::string(1000, 'j')}},
+       json{{"type", "function_call_output"}, {"call_id", "c"}, {"output", "out"}, {"junk", 1}}});
+  const json kept = promptItems(items);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0], (json{{"type", "message"}, {"role", "user"},
+                           {"content", json::array({json{{"type", "input_text"}, {"text", "hi"}}})}}));
+  EXPECT_EQ(kept[1], (json{{"type", "function_call_output"}, {"call_id", "c"}, {"output", "out"}}));
+}
+
+TEST(ResponseStoreChainTest, TheWalkIsBoundedAndAChainNeverOutlivesItsRoot) {
+  test::TempDir dir;
+  auto db = openDb(dir);
+  FakeClock clock;
+  ResponseStoreOptions o;
+  o.max_chain_depth = 4;
+  o.now = clock.fn();
+  ResponseStore store(*db, o);
+  const std::string last = recordChain(store, 6, "resp_d");
+  // Depths 0 1 2 3, then a new root (0) holding the whole conversation, then 1.
+  auto r4 = store.get("key_a", "resp_d4");
+  ASSERT_TRUE(r4.isOk() && r4->has_value());
+  EXPECT_TRUE((*r4)->parent.empty());
+  EXPECT_EQ((*r4)->input.size(), 4u * 2 + 1) << "four turns' input and output, and its own";
+  auto c = store.conversation("key_a", last);
+  ASSERT_TRUE(c.isOk() && c->has_value());
+  EXPECT_EQ((*c)->items.size(), 12u);
+  // Children expire with their root: a day before the root's expiry a
+  // continuation is stored whole instead.
+  auto root = store.get("key_a", "resp_d0");
+  auto child = store.get("key_a", "resp_d1");
+  EXPECT_EQ((*child)->expires_unix, (*root)->expires_unix);
+  clock.now = (*root)->expires_unix - 24 * 3600;
+  auto near = store.conversation("key_a", "resp_d3");
+  ASSERT_TRUE(near.isOk() && near->has_value());
+  EXPECT_TRUE(store.turnFor(&**near, userItem("late")).parent.empty());
+  // Once the root expired, its chain is gone (a clear not-found, no damage).
+  clock.now = (*root)->expires_unix;
+  auto gone = store.conversation("key_a", "resp_d3");
+  ASSERT_TRUE(gone.isOk()) << gone.status().toString();
+  EXPECT_FALSE(gone->has_value());
+}
+
+TEST(ResponseStoreChainTest, DeletingAParentKeepsItsChainAndThePurgeRemovesAll) {
+  test::TempDir dir;
+  auto db = openDb(dir);
+  ResponseStore store(*db, {});
+  const std::string last = recordChain(store, 3, "resp_p");
+  ASSERT_TRUE(*store.remove("key_a", "resp_p0"));
+  EXPECT_FALSE(store.get("key_a", "resp_p0")->has_value());
+  EXPECT_FALSE(*store.remove("key_a", "resp_p0"));
+  auto c = store.conversation("key_a", last);
+  ASSERT_TRUE(c.isOk() && c->has_value());
+  EXPECT_EQ((*c)->items.size(), 6u);
+  // Another owner's records are untouched by the purge.
+  ASSERT_TRUE(store.record("key_b", true, inputItems("b"), responseObject("resp_b", "completed")).isOk());
+  auto purged = store.purgeOwner("key_a");
+  ASSERT_TRUE(purged.isOk());
+  EXPECT_EQ(*purged, 3);
+  EXPECT_FALSE(store.conversation("key_a", last)->has_value());
+  EXPECT_TRUE(store.get("key_b", "resp_b")->has_value());
+  int64_t left = 0;
+  for (std::string_view prefix : {"resp/key_a/", "respkid/key_a/"}) {
+    ASSERT_TRUE(db->scan(prefix, [&](std::string_view, std::string_view) { return ++left, true; }).isOk());
+  }
+  EXPECT_EQ(left, 0);
+}
+
+TEST(ResponseStoreChainTest, AnOversizedRecordIsRefusedOrNotKept) {
+  test::TempDir dir;
+  auto db = openDb(dir);
+  ResponseStoreOptions o;
+  o.max_record_bytes = 2048;
+  ResponseStore store(*db, o);
+  const StoredTurn big = store.turnFor(nullptr, userItem(std::string(3000, 'x')));
+  EXPECT_EQ(store.checkSize(big).code(), StatusCode::kInvalidArgument);
+  const StoredTurn small = store.turnFor(nullptr, userItem("x"));
+  EXPECT_TRUE(store.checkSize(small).isOk());
+  // An output that makes the record too large: not kept, counted.
+  const Status s = store.record("key_a", true, small,
+                                responseObject("resp_o", "completed", json::array({assistantMessage(std::string(3000, 'y'))})));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(store.get("key_a", "resp_o")->has_value());
+  EXPECT_EQ(store.oversizeDropped(), 1u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -14,6 +15,7 @@
 
 #include "proxy/http/http_server.h"
 #include "proxy/http/router.h"
+#include "tests/proxy/http/recording_exchange.h"
 #include "tests/proxy/http/test_client.h"
 
 namespace lg::proxy {
@@ -133,6 +135,78 @@ TEST(BlockingPoolTest, WithoutAPoolABlockingRouteRunsInline) {
   request.path = "/x";
   router.handle(request, nullptr);
   EXPECT_EQ(ran, std::this_thread::get_id());
+}
+
+}  // namespace
+}  // namespace lg::proxy
+
+namespace lg::proxy {
+namespace {
+
+using testing::RecordingExchange;
+
+// Issue 21, item 8: the admin lane is never filled by tenants, and one
+// tenant holds at most its share of the tenants' lane.
+TEST(BlockingPoolLanesTest, ATenantHoldsItsShareAndNeverTheAdminsLane) {
+  BlockingPoolOptions o;
+  o.threads = 1;
+  o.max_queued = 3;
+  o.max_queued_per_tenant = 2;
+  BlockingPool pool(o);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  auto blocked = [&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return release; });
+  };
+  auto exchange = [](std::string who) {
+    HttpRequest r;
+    r.path = "/v1/usage";
+    r.target = who;
+    return std::make_shared<RecordingExchange>(std::move(r));
+  };
+  std::vector<std::shared_ptr<RecordingExchange>> answered;
+  auto submit = [&](const JobOwner& owner) {
+    auto e = exchange(owner.tenant);
+    answered.push_back(e);
+    pool.submit(owner, e, [&, e] {
+      blocked();
+      e->respond(200, {}, "");
+    });
+    return e;
+  };
+  submit(BlockingPool::tenant("team-a"));
+  submit(BlockingPool::tenant("team-a"));
+  auto over_share = submit(BlockingPool::tenant("team-a"));
+  EXPECT_EQ(over_share->status(), 429) << "team-a holds its 2";
+  EXPECT_NE(over_share->body.find("rate_limit_exceeded"), std::string::npos) << over_share->body;
+  EXPECT_TRUE(over_share->headers.get("retry-after").has_value());
+  EXPECT_EQ(pool.tenantQueued("team-a"), 2u);
+  auto b = submit(BlockingPool::tenant("team-b"));
+  EXPECT_EQ(b->status(), 0) << "team-b has room";
+  auto full = submit(BlockingPool::tenant("team-c"));
+  EXPECT_EQ(full->status(), 503) << "the lane is full";
+  // The admin's job runs while every tenant thread is blocked.
+  std::promise<void> ran;
+  auto admin = exchange("admin");
+  pool.submit(BlockingPool::admin(), admin, [&] {
+    admin->respond(200, {}, "");
+    ran.set_value();
+  });
+  EXPECT_EQ(ran.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (pool.queued() > 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(pool.queued(), 0u);
+  EXPECT_EQ(pool.tenantQueued("team-a"), 0u);
+  EXPECT_EQ(b->status(), 200);
 }
 
 }  // namespace
