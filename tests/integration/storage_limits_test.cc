@@ -88,6 +88,12 @@ class StorageLimitsTest : public ::testing::Test {
     return j.is_object() && j.contains("id") ? j["id"].get<std::string>() : std::string();
   }
   int64_t billingBytes() const { return bytesUnder(harness_->dataDir() + "/billing"); }
+  // A key's id, as its own usage names it.
+  std::string keyId(const std::string& key) const {
+    const Reply r = call("GET", "/v1/usage", key);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.parsed().value("key_id", std::string());
+  }
 
   std::unique_ptr<test::Harness> harness_;
 };
@@ -174,7 +180,7 @@ TEST_F(StorageLimitsTest, TheAdminPurgesAKeysAndATeamsStoredResponses) {
   const Reply neither = call("DELETE", "/admin/responses", admin);
   EXPECT_EQ(neither.status, 400) << neither.body;
   // By key.
-  const std::string a1_id = harness_->server().keys().list()[0].id;
+  const std::string a1_id = keyId(a1);
   Reply purged = call("DELETE", "/admin/responses?key_id=" + a1_id, admin);
   ASSERT_EQ(purged.status, 200) << purged.body;
   EXPECT_EQ(purged.parsed()["purged"], 2);
@@ -224,11 +230,6 @@ void fillLedger(Server& server, const std::string& key_id, const std::string& te
   all.get_future().wait();
 }
 
-std::string httpGet(const std::string& path, const std::string& key) {
-  return "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " + key +
-         "\r\nConnection: close\r\n\r\n";
-}
-
 TEST_F(StorageLimitsTest, AnAdminCreatesAndRevokesKeysWhileATenantFloodsTheUsageApi) {
   test::HarnessOptions options;
   // A small pool so that a flood fills it on two shared cores; the usage
@@ -239,35 +240,52 @@ TEST_F(StorageLimitsTest, AnAdminCreatesAndRevokesKeysWhileATenantFloodsTheUsage
   options.config.limits.key_usage_queries_per_minute = 0;
   start(std::move(options));
   const std::string flooder = harness_->newKey("team-a"), other = harness_->newKey("team-b");
-  fillLedger(harness_->server(), harness_->server().keys().list()[0].id, "team-a", 1000);
+  fillLedger(harness_->server(), keyId(flooder), "team-a", 1000);
 
-  // The flood: waves of 24 connections, each one usage query, sent at once.
+  // The flood: 24 kept-alive connections, each sending its next usage query
+  // as soon as the last one is answered (a refusal at once), so the pool is
+  // under pressure the whole time the admin works.
   std::atomic<bool> stop{false};
   std::atomic<int> ok{0}, too_many{0}, overloaded{0}, retry_after{0};
-  std::thread flood([&] {
+  auto flood_one = [&] {
+    auto c = RawClient::connect(harness_->port());
+    if (!c || !c->startTls(harness_->caFile())) return;
+    size_t offset = 0;
+    const std::string request = "GET /v1/usage?granularity=hour HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " +
+                                flooder + "\r\n\r\n";
     while (!stop.load()) {
-      std::vector<std::unique_ptr<RawClient>> wave;
-      for (int i = 0; i < 24; ++i) {
-        auto c = RawClient::connect(harness_->port());
-        if (c && c->startTls(harness_->caFile())) wave.push_back(std::move(c));
-      }
-      for (auto& c : wave) c->send(httpGet("/v1/usage?granularity=hour&from=0", flooder));
-      for (auto& c : wave) {
-        c->waitClosed(60s);
+      if (!c->send(request)) return;
+      // One whole response: its head, then content-length bytes.
+      size_t end = std::string::npos;
+      while (end == std::string::npos) {
         const std::string& got = c->received();
-        if (got.starts_with("HTTP/1.1 200")) ok.fetch_add(1);
-        if (got.starts_with("HTTP/1.1 429")) too_many.fetch_add(1);
-        if (got.starts_with("HTTP/1.1 503")) overloaded.fetch_add(1);
-        std::string head = got.substr(0, got.find("\r\n\r\n"));
-        for (char& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        if (head.starts_with("http/1.1 429") && head.find("\r\nretry-after: 1") != std::string::npos) {
-          retry_after.fetch_add(1);
+        const size_t head_end = got.find("\r\n\r\n", offset);
+        if (head_end != std::string::npos) {
+          std::string head = got.substr(offset, head_end - offset);
+          for (char& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+          const size_t cl = head.find("content-length: ");
+          const size_t length = cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 16));
+          if (got.size() >= head_end + 4 + length) {
+            end = head_end + 4 + length;
+            if (head.starts_with("http/1.1 200")) ok.fetch_add(1);
+            if (head.starts_with("http/1.1 503")) overloaded.fetch_add(1);
+            if (head.starts_with("http/1.1 429")) {
+              too_many.fetch_add(1);
+              if (head.find("\r\nretry-after: 1") != std::string::npos) retry_after.fetch_add(1);
+            }
+            break;
+          }
         }
+        if (c->closedByPeer() || stop.load()) return;
+        c->readUntil("", 10s);
       }
+      offset = end;
     }
-  });
-  // The flood is under way: its first wave answered.
-  while (too_many.load() + ok.load() + overloaded.load() < 24) std::this_thread::sleep_for(5ms);
+  };
+  std::vector<std::thread> flood;
+  for (int i = 0; i < 24; ++i) flood.emplace_back(flood_one);
+  // The flood is under way: its first requests answered.
+  while (too_many.load() + ok.load() + overloaded.load() < 48) std::this_thread::sleep_for(5ms);
 
   const std::string admin = harness_->adminKey();
   int created = 0, revoked = 0;
@@ -283,7 +301,7 @@ TEST_F(StorageLimitsTest, AnAdminCreatesAndRevokesKeysWhileATenantFloodsTheUsage
   // Another team still has its share of the tenants' lane.
   const Reply theirs = call("GET", "/v1/usage", other);
   stop = true;
-  flood.join();
+  for (std::thread& t : flood) t.join();
   std::printf("flood: %d answered, %d refused 429, %d refused 503; admin: %d/9 created, %d/9 revoked\n", ok.load(),
               too_many.load(), overloaded.load(), created, revoked);
   EXPECT_EQ(theirs.status, 200) << theirs.body;
