@@ -190,4 +190,10 @@ std::shared_ptr<TokenTable> Grammar::tokenTable(const std::shared_ptr<const Voca
   return t;
 }
 
+std::shared_ptr<TokenTable> Grammar::prepare(const std::shared_ptr<const Vocabulary>& vocab) const {
+  auto t = tokenTable(vocab);
+  if (!t->prepared()) t->prepareAll();
+  return t;
+}
+
 }  // namespace lg::text::grammar

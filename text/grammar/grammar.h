@@ -107,6 +107,10 @@ class Grammar {
 
   // The per-vocabulary token tables (built lazily, shared by all matchers).
   std::shared_ptr<TokenTable> tokenTable(const std::shared_ptr<const Vocabulary>& vocab) const;
+  // Builds the token tables of every node for `vocab` now, so that no mask
+  // call builds one (call it off the engine thread, after compiling).
+  // Idempotent and thread-safe; returns the same table tokenTable() does.
+  std::shared_ptr<TokenTable> prepare(const std::shared_ptr<const Vocabulary>& vocab) const;
 
   explicit Grammar(Automaton automaton) : automaton_(std::move(automaton)) {}
 

@@ -23,6 +23,11 @@ const TokenTable::NodeTokens& TokenTable::forNode(uint32_t node) {
   return *owned_.back();
 }
 
+void TokenTable::prepareAll() {
+  for (uint32_t n = 0; n < automaton_.nodes.size(); ++n) forNode(n);
+  prepared_.store(true, std::memory_order_release);
+}
+
 std::unique_ptr<TokenTable::NodeTokens> TokenTable::build(uint32_t node) {
   const Vocabulary& v = *vocab_;
   StackArena arena;

@@ -40,6 +40,9 @@ class TokenTable {
 
   TokenTable(std::shared_ptr<const Vocabulary> vocab, const Automaton& automaton);
   const NodeTokens& forNode(uint32_t node);
+  // Builds every node's table now (Grammar::prepare).
+  void prepareAll();
+  bool prepared() const { return prepared_.load(std::memory_order_acquire); }
   const Vocabulary& vocabulary() const { return *vocab_; }
 
  private:
@@ -50,6 +53,7 @@ class TokenTable {
   std::mutex mutex_;
   std::unique_ptr<std::atomic<const NodeTokens*>[]> entries_;
   std::vector<std::unique_ptr<NodeTokens>> owned_;
+  std::atomic<bool> prepared_{false};
 };
 
 }  // namespace lg::text::grammar
