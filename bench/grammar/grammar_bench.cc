@@ -81,11 +81,18 @@ int main(int argc, char** argv) {
         t0 = Clock::now();
         table->forNode(n);
         per.push_back(ms(t0));
+        if (per.back() > 1.0) {
+          const auto& nd = fresh->automaton().nodes[n];
+          const auto& t = table->forNode(n);
+          std::printf("  node %u: %.2f ms, %u byte edges, %u calls, final %d, always %zu/%zu, %zu suffixes, %zu suffix tokens\n", n, per.back(),
+                      nd.bytes_end - nd.bytes_begin, nd.calls_end - nd.calls_begin, nd.final, t.always_list.size(), t.always_bits.size(),
+                      t.suffixes.size(), t.suffix_tokens.size());
+        }
       }
       double sum = 0;
       for (double x : per) sum += x;
-      std::printf("%s: %zu nodes, lazy per-node table build p50 %.2f ms max %.2f ms, %.1f ms in all\n", name,
-                  per.size(), pct(per, 0.5), pct(per, 1.0), sum);
+      std::printf("%s: %zu nodes in %zu classes, lazy per-node table build p50 %.2f ms max %.2f ms, %.1f ms in all\n", name,
+                  per.size(), table->classCount(), pct(per, 0.5), pct(per, 1.0), sum);
     }
     t0 = Clock::now();
     grammar->prepare(vocab);

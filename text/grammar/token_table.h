@@ -40,6 +40,7 @@ class TokenTable {
 
   TokenTable(std::shared_ptr<const Vocabulary> vocab, const Automaton& automaton);
   const NodeTokens& forNode(uint32_t node);
+  size_t classCount() const { return class_rep_.size(); }
   // Builds every node's table now (Grammar::prepare).
   void prepareAll();
   bool prepared() const { return prepared_.load(std::memory_order_acquire); }
@@ -48,10 +49,18 @@ class TokenTable {
  private:
   std::unique_ptr<NodeTokens> build(uint32_t node);
 
+  // Nodes that behave alike (same finality, byte edges to equivalent
+  // targets, calls of equivalent rules returning to equivalent nodes: a
+  // bisimulation, found by partition refinement) have equal tables and share
+  // one: a JSON string's body is several such states, and each string
+  // property has its own copies.
+  std::vector<uint32_t> class_of_;  // node -> class
+  std::vector<uint32_t> class_rep_; // class -> a node of it
+
   std::shared_ptr<const Vocabulary> vocab_;  // kept alive: tables are keyed by its address
   const Automaton& automaton_;
   std::mutex mutex_;
-  std::unique_ptr<std::atomic<const NodeTokens*>[]> entries_;
+  std::unique_ptr<std::atomic<const NodeTokens*>[]> entries_;  // per class
   std::vector<std::unique_ptr<NodeTokens>> owned_;
   std::atomic<bool> prepared_{false};
 };

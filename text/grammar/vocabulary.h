@@ -38,6 +38,12 @@ class Vocabulary {
   bool matchable(int32_t id) const { return id >= 0 && id < size() && !bytes(id).empty(); }
   // Matchable ids in byte order.
   std::span<const int32_t> sorted() const { return sorted_; }
+  // lcp()[i]: the length of the common prefix of sorted()[i - 1] and
+  // sorted()[i] (0 for i = 0), capped at 65535.
+  std::span<const uint16_t> lcp() const { return lcp_; }
+  // The first sorted position after `i` whose token does not start with the
+  // first `len` bytes of sorted()[i] (len <= its size): skips a trie subtree.
+  size_t subtreeEnd(size_t i, size_t len) const;
   size_t maxTokenBytes() const { return max_len_; }
 
   explicit Vocabulary(std::vector<std::string> tokens);
@@ -46,6 +52,7 @@ class Vocabulary {
   std::string data_;
   std::vector<uint32_t> start_;
   std::vector<int32_t> sorted_;
+  std::vector<uint16_t> lcp_;
   size_t max_len_ = 0;
 };
 
