@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "text/grammar/stack_machine.h"
 
@@ -61,99 +62,164 @@ TokenTable::TokenTable(std::shared_ptr<const Vocabulary> vocab, const Automaton&
   for (size_t i = 0; i < classes; ++i) entries_[i].store(nullptr, std::memory_order_relaxed);
 }
 
+// Builds node tables. The state sets met while walking tokens from a node
+// (with the sentinel as parent) repeat heavily (inside a string it is one or
+// two sets whatever the token), so they are interned and their byte
+// transitions memoized: a lazily built DFA over state sets, shared by every
+// node built with the same Builder (prepareAll builds all of them with one).
+class TokenTable::Builder {
+ public:
+  Builder(const Automaton& a, const Vocabulary& v)
+      : v_(v), stepper_(a, arena_), a_(a), ids_(v.maxTokenBytes() + 2), popped_below_(v.maxTokenBytes() + 2) {}
+
+  std::unique_ptr<NodeTokens> build(uint32_t node) {
+    const Vocabulary& v = v_;
+    const std::span<const int32_t> sorted = v.sorted();
+    const std::span<const uint16_t> lcp = v.lcp();
+    StateSet init;
+    stepper_.startAt(node, StackArena::kSentinel, init);
+    ids_[0] = intern(init);
+    popped_below_[0] = 0;
+    always_.clear();
+    by_suffix_.clear();
+    auto record = [&](std::string_view s, int32_t id, size_t last) {
+      for (size_t d = 1; d <= last; ++d) {
+        if (info_[ids_[d]].popped) by_suffix_.emplace_back(s.substr(d), id);
+      }
+    };
+    // A walk over the sorted tokens (the token trie in array form) whose
+    // first byte the node has an edge for (others die at once, with nothing
+    // to record): a token reuses the states of the prefix it shares with the
+    // previous one, and a rejected prefix skips its whole trie subtree unless
+    // the rule finished on the way (then every token below it has suffix
+    // entries).
+    const AutomatonNode& nd = a_.nodes[node];
+    for (uint32_t k = nd.bytes_begin; k < nd.bytes_end; ++k) {
+      const ByteEdge& e = a_.bytes[k];
+      const size_t range_end = v.firstByteBegin(e.hi + 1);
+      size_t valid = 0;  // ids_[0..valid] are those of the previous token's prefix
+      for (size_t i = v.firstByteBegin(e.lo); i < range_end;) {
+        const int32_t id = sorted[i];
+        const std::string_view s = v.bytes(id);
+        size_t depth = std::min<size_t>(valid, lcp[i]);
+        bool dead = false;
+        while (depth < s.size()) {
+          const uint32_t next = step(ids_[depth], static_cast<uint8_t>(s[depth]));
+          ids_[depth + 1] = next;
+          popped_below_[depth + 1] = popped_below_[depth] | info_[next].popped;
+          if (info_[next].dead) {
+            dead = true;
+            break;
+          }
+          ++depth;
+        }
+        valid = depth;
+        if (!dead) {  // every byte stepped with live heads: accepted inside
+          always_.push_back(id);
+          ++i;
+          continue;
+        }
+        // Byte `depth` was rejected: the prefix of length len = depth + 1 is dead.
+        const size_t len = depth + 1;
+        const Info& last = info_[ids_[len]];
+        if (s.size() == len && (last.accept || last.popped)) {
+          always_.push_back(id);  // finished exactly at the token's end
+        } else {
+          record(s, id, std::min(len, s.size() - 1));
+        }
+        ++i;
+        if (!popped_below_[len]) {
+          i = std::min(v.subtreeEnd(i - 1, len), range_end);
+        } else {
+          for (; i < range_end && lcp[i] >= len; ++i) record(v.bytes(sorted[i]), sorted[i], len);
+        }
+      }
+    }
+
+    auto out = std::make_unique<NodeTokens>();
+    if (always_.size() * 32 >= static_cast<size_t>(v.size())) {
+      out->always_bits.assign(v.maskWords(), 0);
+      for (int32_t id : always_) out->always_bits[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+    } else {
+      out->always_list = always_;
+      std::sort(out->always_list.begin(), out->always_list.end());
+    }
+    std::sort(by_suffix_.begin(), by_suffix_.end());
+    for (size_t k = 0; k < by_suffix_.size(); ++k) {
+      if (k == 0 || by_suffix_[k].first != by_suffix_[k - 1].first) {
+        out->suffixes.emplace_back(by_suffix_[k].first);
+        out->suffix_begin.push_back(static_cast<uint32_t>(out->suffix_tokens.size()));
+      }
+      out->suffix_tokens.push_back(by_suffix_[k].second);
+    }
+    out->suffix_begin.push_back(static_cast<uint32_t>(out->suffix_tokens.size()));
+    return out;
+  }
+
+ private:
+  static constexpr uint32_t kUnknown = UINT32_MAX;
+  struct Info {
+    uint8_t dead, accept, popped;
+  };
+
+  uint32_t intern(const StateSet& s) {
+    key_.assign(reinterpret_cast<const char*>(s.heads.data()), s.heads.size() * sizeof(uint32_t));
+    key_.push_back(static_cast<char>(s.accept | (s.popped << 1)));
+    auto [it, inserted] = index_.emplace(key_, static_cast<uint32_t>(sets_.size()));
+    if (inserted) {
+      sets_.push_back(s);
+      info_.push_back({static_cast<uint8_t>(s.heads.empty()), static_cast<uint8_t>(s.accept),
+                       static_cast<uint8_t>(s.popped)});
+      trans_.resize(trans_.size() + 256, kUnknown);
+    }
+    return it->second;
+  }
+
+  uint32_t step(uint32_t from, uint8_t byte) {
+    const size_t k = static_cast<size_t>(from) * 256 + byte;
+    if (trans_[k] != kUnknown) return trans_[k];
+    stepper_.step(sets_[from], byte, scratch_);
+    const uint32_t to = intern(scratch_);
+    trans_[k] = to;
+    return to;
+  }
+
+  const Vocabulary& v_;
+  StackArena arena_;
+  Stepper stepper_;
+  const Automaton& a_;
+  std::vector<StateSet> sets_;
+  std::vector<Info> info_;
+  std::vector<uint32_t> trans_;  // sets_.size() * 256
+  std::unordered_map<std::string, uint32_t> index_;
+  std::string key_;
+  StateSet scratch_;
+  std::vector<uint32_t> ids_;         // ids_[d]: the state after the current token's first d bytes
+  std::vector<uint8_t> popped_below_; // the sentinel was popped at some depth in [1, d]
+  std::vector<int32_t> always_;
+  std::vector<std::pair<std::string_view, int32_t>> by_suffix_;
+};
+
 const TokenTable::NodeTokens& TokenTable::forNode(uint32_t node) {
   const uint32_t c = class_of_[node];
   if (const NodeTokens* t = entries_[c].load(std::memory_order_acquire)) return *t;
   std::lock_guard<std::mutex> lock(mutex_);
   if (const NodeTokens* t = entries_[c].load(std::memory_order_acquire)) return *t;
-  owned_.push_back(build(class_rep_[c]));
+  Builder builder(automaton_, *vocab_);
+  owned_.push_back(builder.build(class_rep_[c]));
   entries_[c].store(owned_.back().get(), std::memory_order_release);
   return *owned_.back();
 }
 
 void TokenTable::prepareAll() {
-  for (uint32_t rep : class_rep_) forNode(rep);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Builder builder(automaton_, *vocab_);
+  for (size_t c = 0; c < class_rep_.size(); ++c) {
+    if (entries_[c].load(std::memory_order_acquire) != nullptr) continue;
+    owned_.push_back(builder.build(class_rep_[c]));
+    entries_[c].store(owned_.back().get(), std::memory_order_release);
+  }
   prepared_.store(true, std::memory_order_release);
-}
-
-std::unique_ptr<TokenTable::NodeTokens> TokenTable::build(uint32_t node) {
-  const Vocabulary& v = *vocab_;
-  StackArena arena;
-  Stepper stepper(automaton_, arena);
-  const std::span<const int32_t> sorted = v.sorted();
-  const std::span<const uint16_t> lcp = v.lcp();
-  const size_t max_len = v.maxTokenBytes();
-  // states[d]: the state after the first d bytes of the current token;
-  // popped_below[d]: the sentinel was popped at some depth in [1, d].
-  std::vector<StateSet> states(max_len + 2);
-  std::vector<uint8_t> popped_below(max_len + 2, 0);
-  stepper.startAt(node, StackArena::kSentinel, states[0]);
-
-  std::vector<int32_t> always;
-  std::vector<std::pair<std::string_view, int32_t>> by_suffix;
-  auto record = [&](std::string_view s, int32_t id, size_t last) {
-    for (size_t d = 1; d <= last; ++d) {
-      if (states[d].popped) by_suffix.emplace_back(s.substr(d), id);
-    }
-  };
-  // A walk over the sorted tokens (the token trie in array form): a token
-  // reuses the states of the prefix it shares with the previous one, and a
-  // rejected prefix skips its whole subtree unless the rule finished on the
-  // way (then every token below it has suffix entries).
-  size_t valid = 0;  // states[0..valid] are those of the previous token's prefix
-  for (size_t i = 0; i < sorted.size();) {
-    const int32_t id = sorted[i];
-    const std::string_view s = v.bytes(id);
-    size_t depth = std::min<size_t>(valid, lcp[i]);
-    bool dead = false;
-    while (depth < s.size()) {
-      stepper.step(states[depth], static_cast<uint8_t>(s[depth]), states[depth + 1]);
-      popped_below[depth + 1] = popped_below[depth] | static_cast<uint8_t>(states[depth + 1].popped);
-      if (states[depth + 1].heads.empty()) {
-        dead = true;
-        break;
-      }
-      ++depth;
-    }
-    valid = depth;
-    if (!dead) {  // every byte stepped with live heads: accepted inside
-      always.push_back(id);
-      ++i;
-      continue;
-    }
-    // Byte `depth` was rejected: the prefix of length len = depth + 1 is dead.
-    const size_t len = depth + 1;
-    if (s.size() == len && (states[len].accept || states[len].popped)) {
-      always.push_back(id);  // finished exactly at the token's end
-    } else {
-      record(s, id, std::min(len, s.size() - 1));
-    }
-    ++i;
-    if (!popped_below[len]) {
-      i = v.subtreeEnd(i - 1, len);
-    } else {
-      for (; i < sorted.size() && lcp[i] >= len; ++i) record(v.bytes(sorted[i]), sorted[i], len);
-    }
-  }
-
-  auto out = std::make_unique<NodeTokens>();
-  if (always.size() * 32 >= static_cast<size_t>(v.size())) {
-    out->always_bits.assign(v.maskWords(), 0);
-    for (int32_t id : always) out->always_bits[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
-  } else {
-    std::sort(always.begin(), always.end());
-    out->always_list = std::move(always);
-  }
-  std::sort(by_suffix.begin(), by_suffix.end());
-  for (size_t k = 0; k < by_suffix.size(); ++k) {
-    if (k == 0 || by_suffix[k].first != by_suffix[k - 1].first) {
-      out->suffixes.emplace_back(by_suffix[k].first);
-      out->suffix_begin.push_back(static_cast<uint32_t>(out->suffix_tokens.size()));
-    }
-    out->suffix_tokens.push_back(by_suffix[k].second);
-  }
-  out->suffix_begin.push_back(static_cast<uint32_t>(out->suffix_tokens.size()));
-  return out;
 }
 
 }  // namespace lg::text::grammar

@@ -12,8 +12,9 @@
 //     p's continuation accepts the suffix token[d:]. Tokens are grouped by
 //     that suffix (few distinct ones: `",`, `"}` ...) and the matcher checks
 //     each suffix once against the real stack.
-// Built lazily per node on first use; thread-safe (shared by all matchers of
-// a grammar and vocabulary).
+// Built all at once by prepareAll() (Grammar::prepare, off the engine
+// thread), else lazily per node on first use; thread-safe (shared by all
+// matchers of a grammar and vocabulary).
 #pragma once
 
 #include <atomic>
@@ -47,7 +48,7 @@ class TokenTable {
   const Vocabulary& vocabulary() const { return *vocab_; }
 
  private:
-  std::unique_ptr<NodeTokens> build(uint32_t node);
+  class Builder;
 
   // Nodes that behave alike (same finality, byte edges to equivalent
   // targets, calls of equivalent rules returning to equivalent nodes: a

@@ -26,6 +26,11 @@ Vocabulary::Vocabulary(std::vector<std::string> tokens) {
     while (l < m && a[l] == b[l]) ++l;
     lcp_[i] = static_cast<uint16_t>(l);
   }
+  first_byte_.assign(257, 0);
+  for (int b = 0, i = 0; b <= 256; ++b) {
+    while (static_cast<size_t>(i) < sorted_.size() && static_cast<uint8_t>(bytes(sorted_[static_cast<size_t>(i)])[0]) < b) ++i;
+    first_byte_[static_cast<size_t>(b)] = static_cast<uint32_t>(i);
+  }
 }
 
 size_t Vocabulary::subtreeEnd(size_t i, size_t len) const {

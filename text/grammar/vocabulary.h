@@ -44,6 +44,9 @@ class Vocabulary {
   // The first sorted position after `i` whose token does not start with the
   // first `len` bytes of sorted()[i] (len <= its size): skips a trie subtree.
   size_t subtreeEnd(size_t i, size_t len) const;
+  // Sorted positions of the tokens whose first byte is b:
+  // [firstByteBegin(b), firstByteBegin(b + 1)), b in [0, 256].
+  size_t firstByteBegin(int b) const { return first_byte_[static_cast<size_t>(b)]; }
   size_t maxTokenBytes() const { return max_len_; }
 
   explicit Vocabulary(std::vector<std::string> tokens);
@@ -53,6 +56,7 @@ class Vocabulary {
   std::vector<uint32_t> start_;
   std::vector<int32_t> sorted_;
   std::vector<uint16_t> lcp_;
+  std::vector<uint32_t> first_byte_;  // 257 entries
   size_t max_len_ = 0;
 };
 
