@@ -211,6 +211,11 @@ const TokenTable::NodeTokens& TokenTable::forNode(uint32_t node) {
   return *owned_.back();
 }
 
+size_t TokenTable::builtCount() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return owned_.size();
+}
+
 void TokenTable::prepareAll() {
   std::lock_guard<std::mutex> lock(mutex_);
   Builder builder(automaton_, *vocab_);

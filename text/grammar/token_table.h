@@ -42,6 +42,9 @@ class TokenTable {
   TokenTable(std::shared_ptr<const Vocabulary> vocab, const Automaton& automaton);
   const NodeTokens& forNode(uint32_t node);
   size_t classCount() const { return class_rep_.size(); }
+  // Tables built so far (one per class at most); tests check that masks
+  // after prepareAll() build none.
+  size_t builtCount() const;
   // Builds every node's table now (Grammar::prepare).
   void prepareAll();
   bool prepared() const { return prepared_.load(std::memory_order_acquire); }
@@ -60,7 +63,7 @@ class TokenTable {
 
   std::shared_ptr<const Vocabulary> vocab_;  // kept alive: tables are keyed by its address
   const Automaton& automaton_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::unique_ptr<std::atomic<const NodeTokens*>[]> entries_;  // per class
   std::vector<std::unique_ptr<NodeTokens>> owned_;
   std::atomic<bool> prepared_{false};

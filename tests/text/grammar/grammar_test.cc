@@ -5,6 +5,7 @@
 
 #include "tests/text/grammar/grammar_test_support.h"
 #include "text/grammar/grammar_cache.h"
+#include "text/grammar/token_table.h"
 
 namespace lg::text::grammar {
 namespace {
@@ -115,6 +116,42 @@ TEST(GrammarExactness, V3VocabularyMatchesBruteForce) {
   }
   std::printf("exactness (DeepSeek V3 vocabulary): %d states\n", states);
   EXPECT_GT(states, 8);
+}
+
+// (a) Exactness after Grammar::prepare: every table is built up front (with
+// the shared builder, not the lazy one), masks still equal brute force, and
+// no mask call builds a table.
+TEST(GrammarExactness, PreparedMatchesBruteForceAndBuildsNothingLater) {
+  for (const auto& vocab : {testing::smallVocabulary(), testing::v3Vocabulary()}) {
+    const bool small = vocab->size() < 1000;
+    for (const auto& [name, schema] : schemas()) {
+      if (!small && (name == "any" || name == "open")) continue;
+      auto g = mustBuild(Grammar::fromJsonSchema(OJson::parse(schema.dump())));
+      ASSERT_TRUE(g) << name;
+      auto table = g->prepare(vocab);
+      EXPECT_EQ(table, g->tokenTable(vocab));
+      EXPECT_EQ(table, g->prepare(vocab));  // idempotent
+      const size_t built = table->builtCount();
+      EXPECT_EQ(built, table->classCount()) << name;
+      EXPECT_LE(table->classCount(), g->automaton().nodes.size());
+      int states = 0;
+      for (unsigned seed = 0; seed < (small ? 4u : 1u); ++seed) {
+        std::mt19937 rng(seed + 11);
+        Matcher m(g, vocab);
+        std::vector<uint32_t> mask(vocab->maskWords());
+        std::string text;
+        int step = 0;
+        generate(m, rng, &text, small ? 120 : 40, 0.1, [&](Matcher& mm) {
+          if (!small && step++ % 5 != 0) return;
+          mm.fillNextTokenMask(mask);
+          ASSERT_EQ(mask, bruteMask(mm)) << name << " seed " << seed << " after " << mm.acceptedCount() << " tokens";
+          ++states;
+        });
+      }
+      EXPECT_GT(states, 0) << name;
+      EXPECT_EQ(table->builtCount(), built) << name << ": a mask call built a table after prepare";
+    }
+  }
 }
 
 // (b) Random generation validates with valijson.
