@@ -8,8 +8,8 @@
 // Every builder returns a grammar or a GrammarError naming the schema keyword
 // and its JSON pointer; nothing unsupported is silently ignored. Compile cost
 // is bounded by Limits. A built Grammar is immutable and may be shared by any
-// number of threads and matchers (its per-vocabulary token tables are filled
-// lazily under a mutex). Design and coverage: docs/grammar.md.
+// number of threads and matchers (its per-vocabulary token tables are built
+// by prepare(), or else lazily under a mutex). Design and coverage: docs/grammar.md.
 #pragma once
 
 #include <cstdint>
