@@ -12,8 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/check.h"
 #include "common/file_util.h"
 #include "common/hex.h"
+#include "common/secret_strength.h"
 #include "common/team_id.h"
 #include "common/unix_time.h"
 
@@ -158,7 +160,7 @@ Result<AdminKey> AdminKey::loadOrCreate(std::string_view configured, const std::
   if (created != nullptr) *created = false;
   AdminKey admin;
   if (!configured.empty()) {
-    if (configured.size() < 16) return invalidArgument("the admin key must be at least 16 characters long");
+    LG_RETURN_IF_ERROR(checkSecretStrength(configured, "the admin key"));
     admin.hash_ = sha256Raw(configured);
     return admin;
   }
@@ -169,6 +171,9 @@ Result<AdminKey> AdminKey::loadOrCreate(std::string_view configured, const std::
     LG_ASSIGN_OR_RETURN(std::string text, readFile(path, 4096));
     while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
     if (text.size() < 16) return dataLoss(path + " does not hold an admin key");
+    // A key written into the file by hand must be as hard to guess as one
+    // set in the configuration (the file's own key, generated, always is).
+    LG_RETURN_IF_ERROR(checkSecretStrength(text, "the admin key in " + path));
     admin.hash_ = sha256Raw(text);
     return admin;
   }

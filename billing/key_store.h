@@ -75,7 +75,9 @@ class KeyStore {
 class AdminKey {
  public:
   // `configured` empty: read or create `path`. `created` tells the caller to
-  // print where the new key is, once.
+  // print where the new key is, once. A configured key, or one written into
+  // the file by hand, whose entropy estimate is below 128 bits is refused
+  // (common/secret_strength.h); a generated key has about 341.
   static Result<AdminKey> loadOrCreate(std::string_view configured, const std::string& path, bool* created);
   bool matches(std::string_view presented) const;
 

@@ -108,6 +108,13 @@ MeteredRequest::MeteredRequest(Ledger& ledger, Info info, AppliedRates rates, si
       choices_(choices),
       ended_(choices, false) {}
 
+MeteredRequest::~MeteredRequest() {
+  // No lock: nothing else can hold a request being destroyed.
+  if (committed_) return;
+  if (claim_) ledger_.release(info_.who.key_id, claim_->key_hash);
+  reservation_.release();
+}
+
 Cost MeteredRequest::costOf(int64_t hit_tokens, int64_t miss_tokens, int64_t output_tokens) const {
   return billing::costOf(rates_.rates, hit_tokens, miss_tokens, output_tokens);
 }

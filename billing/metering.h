@@ -174,6 +174,14 @@ class MeteredRequest {
   // `choices`: the scheduler requests whose final events the entry waits for.
   MeteredRequest(Ledger& ledger, Info info, AppliedRates rates, size_t choices,
                  std::optional<IdempotencyClaim> claim, BudgetReservation reservation);
+  // A request destroyed without commit() or abandon() (a handler threw, or
+  // returned early, after admission) gives back what it held, as abandon()
+  // does: its Idempotency-Key claim, which would otherwise answer every
+  // retry "in progress" (409) until a restart, and its budget reservation.
+  // No entry is written. The ledger must outlive the request.
+  ~MeteredRequest();
+  MeteredRequest(const MeteredRequest&) = delete;
+  MeteredRequest& operator=(const MeteredRequest&) = delete;
 
   const Info& info() const { return info_; }
   const AppliedRates& rates() const { return rates_; }

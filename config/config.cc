@@ -14,6 +14,7 @@
 
 #include "billing/settings_json.h"
 #include "common/file_util.h"
+#include "common/secret_strength.h"
 #include "common/team_id.h"
 
 extern char** environ;
@@ -419,6 +420,10 @@ Status validateConfig(const Config& c) {
     return invalidArgument("server.metrics_token: expected 16..4096 characters, got " +
                            std::to_string(c.server.metrics_token.size()));
   }
+  // Chosen secrets must be hard to guess (common/secret_strength.h): the
+  // server refuses to start rather than run behind a guessable admin key.
+  if (!c.server.metrics_token.empty()) LG_RETURN_IF_ERROR(checkSecretStrength(c.server.metrics_token, "server.metrics_token"));
+  if (!c.admin_key.empty()) LG_RETURN_IF_ERROR(checkSecretStrength(c.admin_key, "admin_key (LATENTGATE_ADMIN_KEY)"));
   if (c.server.max_body_bytes < 1024 || c.server.max_body_bytes > (int64_t{1} << 32)) {
     return invalidArgument("server.max_body_bytes: expected 1KiB..4GiB, got " +
                            std::to_string(c.server.max_body_bytes));

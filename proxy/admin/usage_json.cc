@@ -136,6 +136,12 @@ std::optional<ApiError> parseUsageRange(const std::map<std::string, std::string>
       return badParam(name, std::string("`") + name +
                                 "` must be Unix seconds, a date (2026-01-31) or an RFC 3339 UTC time (2026-01-31T12:00:00Z)");
     }
+    // Bounded before any arithmetic: the hour rounding and the conversion to
+    // microseconds (x 1,000,000) of a time near INT64_MAX overflowed.
+    if (*t < 0 || *t > kMaxTimeParamS) {
+      return badParam(name, std::string("`") + name + "` must be between 1970-01-01 and 9999-12-31 (Unix seconds 0.." +
+                                std::to_string(kMaxTimeParamS) + ")");
+    }
     (std::string_view(name) == "from" ? out.from_s : out.to_s) = *t;
   }
   if (out.to_s < out.from_s) {

@@ -63,9 +63,14 @@ nlohmann::json granularityJson(int64_t granularity_s);
 // "2026-01-01T00:00:00Z".
 std::string isoTime(int64_t unix_s);
 
+// The latest time a usage route accepts: 9999-12-31T23:59:59Z. Times are
+// bounded to [0, this] so that rounding to hours and converting to
+// microseconds can never overflow an int64.
+inline constexpr int64_t kMaxTimeParamS = 253'402'300'799;
+
 // from/to/granularity of a usage query into `out` (defaults: from 0, to an
 // hour from now, no granularity); otherwise the 400 to answer, naming the
-// parameter.
+// parameter (a time outside [0, kMaxTimeParamS] too).
 std::optional<ApiError> parseUsageRange(const std::map<std::string, std::string>& query, billing::UsageQuery& out);
 
 // Query-string parameters, percent-decoded ('+' is a space); the first

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/secret_strength.h"
 #include "common/unix_time.h"
 #include "proxy/http/http_errors.h"
 #include "proxy/http/proxy_log.h"
@@ -42,9 +43,9 @@ Admission::Admission(const billing::KeyStore& keys, const billing::AdminKey& adm
 
 Result<std::optional<billing::AdminKey>> Admission::metricsToken(std::string_view configured) {
   if (configured.empty()) return std::optional<billing::AdminKey>();
-  auto token = billing::AdminKey::loadOrCreate(configured, "", nullptr);
-  if (!token.isOk()) return invalidArgument("server.metrics_token must be at least 16 characters long");
-  return std::optional<billing::AdminKey>(std::move(token).value());
+  LG_RETURN_IF_ERROR(checkSecretStrength(configured, "server.metrics_token"));
+  LG_ASSIGN_OR_RETURN(billing::AdminKey token, billing::AdminKey::loadOrCreate(configured, "", nullptr));
+  return std::optional<billing::AdminKey>(std::move(token));
 }
 
 // ------------------------------------------------------------ authentication

@@ -99,8 +99,9 @@ class Admission {
             std::optional<billing::AdminKey> metrics_token, billing::RateLimiter& rate_limiter,
             const billing::Metering& metering);
 
-  // server.metrics_token as a credential: empty is none; shorter than 16
-  // characters is refused, like the admin key.
+  // server.metrics_token as a credential: empty is none; one whose entropy
+  // estimate is below 128 bits is refused, like the admin key
+  // (common/secret_strength.h).
   static Result<std::optional<billing::AdminKey>> metricsToken(std::string_view configured);
 
   using KeyHandler =

@@ -9,6 +9,7 @@
 
 #include <future>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -267,6 +268,33 @@ TEST_F(MeteringTest, AbandonReleasesTheReservationAndTheClaimAndWritesNothing) {
   EXPECT_EQ(again->kind, IdempotencyDecision::Kind::kClaimed);
   metering_->releaseIdempotencyKey(kWho, again->claim);
   auto found = ledger_->find("req-abandoned");
+  ASSERT_TRUE(found.isOk());
+  EXPECT_FALSE(found->has_value());
+}
+
+// Issue 21, item 12: a handler that throws after admission (the claim and
+// the reservation made, the request never committed nor abandoned) used to
+// leave its Idempotency-Key claimed, so every retry was answered 409 "in
+// progress" until a restart. Destroying the request gives both back.
+TEST_F(MeteringTest, AHandlerThatThrowsAfterTheClaimReleasesTheClaimAndTheReservation) {
+  const std::string body = R"({"prompt":"hi"})";
+  auto claimed = metering_->claimIdempotencyKey(kWho, "throws-1", "/v1/completions", body);
+  ASSERT_TRUE(claimed.isOk());
+  ASSERT_EQ(claimed->kind, IdempotencyDecision::Kind::kClaimed);
+  const auto handler = [&] {
+    auto r = admit("req-threw", 1, 100, 100, claimed->claim);
+    EXPECT_GT(teamReserved(), 0);
+    EXPECT_EQ(metering_->claimIdempotencyKey(kWho, "throws-1", "/v1/completions", body)->kind,
+              IdempotencyDecision::Kind::kInFlight);
+    throw std::runtime_error("the handler failed after admission");
+  };
+  EXPECT_THROW(handler(), std::runtime_error);
+  EXPECT_EQ(teamReserved(), 0);
+  auto retry = metering_->claimIdempotencyKey(kWho, "throws-1", "/v1/completions", body);
+  ASSERT_TRUE(retry.isOk());
+  EXPECT_EQ(retry->kind, IdempotencyDecision::Kind::kClaimed);
+  metering_->releaseIdempotencyKey(kWho, retry->claim);
+  auto found = ledger_->find("req-threw");
   ASSERT_TRUE(found.isOk());
   EXPECT_FALSE(found->has_value());
 }

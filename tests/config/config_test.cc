@@ -376,6 +376,27 @@ TEST(ConfigTest, TheMetricsTokenComesFromTheEnvironmentAndIsNeverPrinted) {
   EXPECT_EQ(bad.status().message().find("short-token"), std::string::npos) << bad.status().message();
 }
 
+// Issue 21, item 12: a chosen admin key or metrics token with less than 128
+// bits of estimated entropy stops the start, with a message that says why
+// and never repeats the secret.
+TEST(ConfigTest, AGuessableAdminKeyOrMetricsTokenIsRefusedAtStart) {
+  ConfigSources sources;
+  sources.environment = {{"LATENTGATE_ADMIN_KEY", "adm-secret123456"}};
+  auto weak = loadConfig(sources);
+  ASSERT_FALSE(weak.isOk());
+  EXPECT_NE(weak.status().message().find("admin_key"), std::string::npos) << weak.status().message();
+  EXPECT_NE(weak.status().message().find("too weak"), std::string::npos) << weak.status().message();
+  EXPECT_EQ(weak.status().message().find("adm-secret123456"), std::string::npos) << weak.status().message();
+  sources.environment = {{"LATENTGATE_SERVER_METRICS_TOKEN", "metrics-token-1234"}};  // 18 characters, ~110 bits
+  auto weak_token = loadConfig(sources);
+  ASSERT_FALSE(weak_token.isOk());
+  EXPECT_NE(weak_token.status().message().find("server.metrics_token"), std::string::npos);
+  sources.environment = {{"LATENTGATE_ADMIN_KEY", "4fKp9QzT2mXc7RbN1vLw8HsJ3dGy6AeU"},
+                         {"LATENTGATE_SERVER_METRICS_TOKEN", "a-metrics-token-for-the-scraper-0123"}};
+  auto strong = loadConfig(sources);
+  EXPECT_TRUE(strong.isOk()) << strong.status().toString();
+}
+
 TEST(ConfigTest, IdempotencyKeysStaySpentForADayUnlessConfigured) {
   ConfigSources sources;
   auto c = loadConfig(sources);

@@ -1,0 +1,126 @@
+// Tenancy (issue 21, item 12), through the whole server over TLS:
+//   - time parameters near INT64_MAX on the usage routes answer 400.
+#include <chrono>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/curl_client.h"
+#include "tests/integration/harness.h"
+
+namespace lg::proxy {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Reply : testing::CurlReply {
+  json parsed() const { return json::parse(body, nullptr, false); }
+};
+
+class TenancyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = test::Harness::start();
+    ASSERT_TRUE(started.isOk()) << started.status().toString();
+    harness_ = std::move(started).value();
+    admin_ = harness_->adminKey();
+    // A system prompt of many cache blocks (16 tokens each in the harness).
+    system_ = "You are the support agent of Acme. Internal playbook:";
+    for (int i = 0; i < 30; ++i) system_ += " step " + std::to_string(i) + " is confidential;";
+  }
+  Server& server() { return harness_->server(); }
+
+  Reply curl(const std::string& method, const std::string& path, std::vector<std::string> extra) const {
+    return {testing::curlOverTls(harness_->caFile(), harness_->port(), method, path, extra, 120)};
+  }
+  Reply post(const std::string& path, const json& body, const std::string& key,
+             std::vector<std::string> extra = {}) const {
+    extra.insert(extra.end(), {"-H", "content-type: application/json", "-H", "Authorization: Bearer " + key,
+                               "--data-binary", body.dump()});
+    return curl("POST", path, extra);
+  }
+  Reply get(const std::string& path, const std::string& key) const {
+    return curl("GET", path, {"-H", "Authorization: Bearer " + key});
+  }
+  Reply createKey(const json& body) const { return post("/admin/keys", body, admin_); }
+
+  json chatBody(const std::string& system, const std::string& question) const {
+    return {{"model", "demo"},
+            {"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", question}}}},
+            {"max_tokens", 2}};
+  }
+  // The cached tokens of a chat request, or -1.
+  int64_t cachedTokens(const std::string& key, const std::string& question) const {
+    const Reply r = post("/v1/chat/completions", chatBody(system_, question), key);
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (r.status != 200) return -1;
+    return r.parsed()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  }
+  // The request's ledger entry, once committed (commits are asynchronous).
+  billing::LedgerEntry entryOf(const std::string& request_id) {
+    const auto deadline = Clock::now() + 30s;
+    while (Clock::now() < deadline) {
+      auto found = server().ledger().find(request_id);
+      EXPECT_TRUE(found.isOk());
+      if (found.isOk() && found->has_value()) return **found;
+      std::this_thread::sleep_for(5ms);
+    }
+    ADD_FAILURE() << "no ledger entry for " << request_id;
+    return {};
+  }
+  std::string sessionFor(const std::string& key) const {
+    const Reply r = curl("POST", "/dashboard/session",
+                         {"-H", "content-type: application/json", "--data-binary", json{{"key", key}}.dump()});
+    EXPECT_EQ(r.status, 200) << r.body;
+    const std::string cookie = r.header("set-cookie").value_or("");
+    const std::string prefix = "lg_dashboard=";
+    if (cookie.rfind(prefix, 0) != 0) return "";
+    return cookie.substr(prefix.size(), cookie.find(';') - prefix.size());
+  }
+  Reply overview(const std::string& token) const {
+    return curl("GET", "/dashboard/api/overview", {"-H", "Cookie: lg_dashboard=" + token});
+  }
+  static void expectError(const Reply& r, int status, const std::string& code, const std::string& param) {
+    EXPECT_EQ(r.status, status) << r.body;
+    const json e = r.parsed()["error"];
+    ASSERT_TRUE(e.is_object()) << r.body;
+    EXPECT_EQ(e["code"], code) << r.body;
+    EXPECT_EQ(e["param"], param) << r.body;
+    EXPECT_TRUE(e["message"].is_string()) << r.body;
+    EXPECT_TRUE(e["type"].is_string()) << r.body;
+  }
+
+  std::unique_ptr<test::Harness> harness_;
+  std::string admin_;
+  std::string system_;
+};
+
+// Issue 21, item 12: `to=9223372036854775807` overflowed a signed integer
+// (hour rounding, seconds to microseconds) on the usage routes.
+TEST_F(TenancyTest, TimeParametersOutOfRangeAnswer400) {
+  const std::string key = harness_->newKey("team-a");
+  const std::string session = sessionFor(admin_);
+  for (const std::string bad : {"to=9223372036854775807", "from=-9223372036854775808", "to=253402300800",
+                                "from=-1"}) {
+    SCOPED_TRACE(bad);
+    const std::string param = bad.substr(0, bad.find('='));
+    expectError(get("/admin/usage?" + bad, admin_), 400, "invalid_value", param);
+    expectError(get("/admin/usage.csv?" + bad, admin_), 400, "invalid_value", param);
+    expectError(get("/admin/ledger?" + bad, admin_), 400, "invalid_value", param);
+    expectError(get("/v1/usage?" + bad, key), 400, "invalid_value", param);
+    expectError(curl("GET", "/dashboard/api/overview?" + bad, {"-H", "Cookie: lg_dashboard=" + session}), 400,
+                "invalid_value", param);
+  }
+  // The bounds themselves are accepted.
+  EXPECT_EQ(get("/admin/usage?from=0&to=253402300799", admin_).status, 200);
+  EXPECT_EQ(curl("GET", "/dashboard/api/overview?from=0&to=253402300799", {"-H", "Cookie: lg_dashboard=" + session})
+                .status,
+            200);
+}
+
+}  // namespace
+}  // namespace lg::proxy
