@@ -260,9 +260,9 @@ AppliedRates Metering::ratesFor(std::string_view model, int64_t start_us) const 
 }
 
 std::string Metering::systemPromptFingerprint(
-    const std::vector<std::pair<std::string_view, std::string_view>>& messages) const {
+    std::string_view team, const std::vector<std::pair<std::string_view, std::string_view>>& messages) const {
   if (services_.fingerprints == nullptr || services_.ledger == nullptr) return "";
-  return services_.fingerprints->fingerprint(messages);
+  return services_.fingerprints->fingerprint(team, messages);
 }
 
 Result<IdempotencyDecision> Metering::claimIdempotencyKey(const Principal& who, std::string_view header,

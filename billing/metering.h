@@ -247,8 +247,11 @@ class Metering {
   AppliedRates ratesFor(std::string_view model, int64_t start_us) const;
 
   // The fingerprint of a prompt's leading (role, text) system and developer
-  // messages; empty without a fingerprinter or such messages.
-  std::string systemPromptFingerprint(const std::vector<std::pair<std::string_view, std::string_view>>& messages) const;
+  // messages as `team` sends them (a team id, common/team_id.h): the same
+  // prompt has another fingerprint in every team. Empty without a
+  // fingerprinter or such messages.
+  std::string systemPromptFingerprint(std::string_view team,
+                                      const std::vector<std::pair<std::string_view, std::string_view>>& messages) const;
 
   // Decides what the Idempotency-Key `header` means for a request of
   // `who` to `endpoint` with `body`. Error: the store could not be read.

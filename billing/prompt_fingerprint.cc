@@ -32,14 +32,17 @@ Result<SystemPromptFingerprinter> SystemPromptFingerprinter::open(BillingDb& db)
 }
 
 std::string SystemPromptFingerprinter::fingerprint(
-    const std::vector<std::pair<std::string_view, std::string_view>>& messages) const {
+    std::string_view team, const std::vector<std::pair<std::string_view, std::string_view>>& messages) const {
   if (messages.empty()) return "";
-  std::string data = "lg-system-prompt-v2";
+  std::string data = "lg-system-prompt-v3";
   const auto field = [&](std::string_view s) {
     const uint64_t n = s.size();
     for (int b = 0; b < 8; ++b) data += static_cast<char>((n >> (8 * b)) & 0xff);
     data += s;
   };
+  // The team first, length-prefixed like the rest, so that no choice of
+  // messages in one team can produce another team's input.
+  field(team);
   for (const auto& [role, text] : messages) {
     field(role);
     field(text);

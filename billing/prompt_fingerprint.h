@@ -3,13 +3,24 @@
 // system_prompt rows). docs/billing.md, "System prompt fingerprint".
 //
 // The fingerprint is the first 16 bytes (32 hex digits) of HMAC-SHA-256,
-// keyed with this installation's secret, over "lg-system-prompt-v2" and each
-// (role, text) of the prompt's leading system and developer messages, each
-// length-prefixed (8 bytes, little-endian). The same instructions give the
-// same fingerprint in every request, key and restart of one installation;
-// whoever reads fingerprints without the key (a team lead on the dashboard,
-// an operator's CSV export, a log) cannot confirm a guessed prompt offline by
-// hashing it, which an unkeyed hash would allow.
+// keyed with this installation's secret, over "lg-system-prompt-v3", the
+// team id of the request and each (role, text) of the prompt's leading
+// system and developer messages, each length-prefixed (8 bytes,
+// little-endian). The same instructions give the same fingerprint in every
+// request, key and restart of one team; whoever reads fingerprints without
+// the key (a team lead on the dashboard, an operator's CSV export, a log)
+// cannot confirm a guessed prompt offline by hashing it, which an unkeyed
+// hash would allow.
+//
+// Per team (issue 21, item 11): with an installation-wide MAC input
+// the same prompt had the same fingerprint in every team, so a tenant could
+// send a guessed prompt through its own key, read the fingerprint on its own
+// dashboard and look for it among another team's (in an export, a shared
+// screen). With the team in the MAC input, fingerprints of different teams
+// are unrelated, and an admin can no longer match one prompt across teams by
+// its fingerprint (docs/billing.md). Fingerprints made before (v2) are not
+// recomputed: a prompt's entries before and after the upgrade have different
+// fingerprints.
 //
 // The key is 32 random bytes kept in the billing store (secret/system-prompt),
 // made at the first open: it lives and is backed up with the ledger whose
@@ -34,8 +45,10 @@ class SystemPromptFingerprinter {
   static Result<SystemPromptFingerprinter> open(BillingDb& db);
   explicit SystemPromptFingerprinter(std::string key) : key_(std::move(key)) {}
 
+  // `team`: the requesting team's id (common/team_id.h).
   // Empty for no leading system or developer message.
-  std::string fingerprint(const std::vector<std::pair<std::string_view, std::string_view>>& messages) const;
+  std::string fingerprint(std::string_view team,
+                          const std::vector<std::pair<std::string_view, std::string_view>>& messages) const;
 
  private:
   std::string key_;

@@ -23,7 +23,7 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   if (!sampling) return respondWithApiError(*exchange, sampling.error());
 
   GenerationPlan plan = newPlan(openai::newId("chatcmpl-"), parsed->model, parsed->stream, parsed->ignored, {});
-  plan.system_prompt = systemPromptOf(parsed->prompt);
+  plan.system_prompt = systemPromptOf(who, parsed->prompt);
   plan.params = parsed->params;
   openai::ChatResponderOptions ro;
   ro.meta.id = plan.response_id;

@@ -57,13 +57,13 @@ serving::GenerationRequest Gateway::newRequest(const billing::Principal& who) co
   return r;
 }
 
-std::string Gateway::systemPromptOf(const openai::ChatPrompt& prompt) const {
+std::string Gateway::systemPromptOf(const billing::Principal& who, const openai::ChatPrompt& prompt) const {
   std::vector<std::pair<std::string_view, std::string_view>> parts;
   for (const openai::ChatMessage& m : prompt.messages) {
     if (m.role != openai::Role::kSystem && m.role != openai::Role::kDeveloper) break;
     parts.emplace_back(roleName(m.role), m.content ? std::string_view(*m.content) : std::string_view());
   }
-  return admission_.metering().systemPromptFingerprint(parts);
+  return admission_.metering().systemPromptFingerprint(who.team, parts);
 }
 
 GenerationPlan Gateway::newPlan(std::string response_id, std::string requested_model, bool stream,

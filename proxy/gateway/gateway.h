@@ -84,8 +84,9 @@ class Gateway {
   bool knownModel(const std::string& model) const;
   // A scheduler request in the caller's team namespace, with its grants.
   serving::GenerationRequest newRequest(const billing::Principal& who) const;
-  // The ledger's fingerprint of the prompt's leading system and developer messages.
-  std::string systemPromptOf(const openai::ChatPrompt& prompt) const;
+  // The ledger's fingerprint of the prompt's leading system and developer
+  // messages, keyed to the caller's team (billing/prompt_fingerprint.h).
+  std::string systemPromptOf(const billing::Principal& who, const openai::ChatPrompt& prompt) const;
   // A plan with the fields every endpoint sets the same way.
   GenerationPlan newPlan(std::string response_id, std::string requested_model, bool stream,
                          const std::vector<std::string>& ignored, const std::vector<std::string>& hosted_tools) const;

@@ -97,12 +97,27 @@ TEST(LedgerEntryTest, OnlyCompletedAndCancelledAreBilled) {
 TEST(LedgerTest, FingerprintsAreStableAndDistinguishRoles) {
   using V = std::vector<std::pair<std::string_view, std::string_view>>;
   const SystemPromptFingerprinter f(std::string(32, 'k'));
-  EXPECT_EQ(f.fingerprint({}), "");
-  const std::string a = f.fingerprint(V{{"system", "You are helpful."}});
+  EXPECT_EQ(f.fingerprint("team-a", {}), "");
+  const std::string a = f.fingerprint("team-a", V{{"system", "You are helpful."}});
   EXPECT_EQ(a.size(), 32u);
-  EXPECT_EQ(a, f.fingerprint(V{{"system", "You are helpful."}}));
-  EXPECT_NE(a, f.fingerprint(V{{"developer", "You are helpful."}}));
-  EXPECT_NE(f.fingerprint(V{{"system", "ab"}, {"system", "c"}}), f.fingerprint(V{{"system", "a"}, {"system", "bc"}}));
+  EXPECT_EQ(a, f.fingerprint("team-a", V{{"system", "You are helpful."}}));
+  EXPECT_NE(a, f.fingerprint("team-a", V{{"developer", "You are helpful."}}));
+  EXPECT_NE(f.fingerprint("team-a", V{{"system", "ab"}, {"system", "c"}}),
+            f.fingerprint("team-a", V{{"system", "a"}, {"system", "bc"}}));
+}
+
+// Issue 21, item 11: the same prompt used to have the same fingerprint in
+// every team, so a tenant could fingerprint a guessed prompt through its own
+// key and find it among another team's. Keyed per team now; the team is
+// length-prefixed, so moving characters between the team and the first role
+// does not collide either.
+TEST(LedgerTest, FingerprintsAreKeyedPerTeam) {
+  using V = std::vector<std::pair<std::string_view, std::string_view>>;
+  const SystemPromptFingerprinter f(std::string(32, 'k'));
+  const V prompt{{"system", "You are a careful coding agent."}};
+  EXPECT_EQ(f.fingerprint("team-a", prompt), f.fingerprint("team-a", prompt));
+  EXPECT_NE(f.fingerprint("team-a", prompt), f.fingerprint("team-b", prompt));
+  EXPECT_NE(f.fingerprint("team-as", V{{"ystem", "x"}}), f.fingerprint("team-a", V{{"system", "x"}}));
 }
 
 // Keyed per installation: the key is made once and kept in the store, so the
@@ -119,14 +134,14 @@ TEST(LedgerTest, FingerprintsAreKeyedWithTheStoresSecret) {
     ASSERT_TRUE(db.isOk());
     auto f = SystemPromptFingerprinter::open(**db);
     ASSERT_TRUE(f.isOk()) << f.status().toString();
-    if (reopen == 0) first = f->fingerprint(prompt);
-    EXPECT_EQ(f->fingerprint(prompt), first);
+    if (reopen == 0) first = f->fingerprint("team-a", prompt);
+    EXPECT_EQ(f->fingerprint("team-a", prompt), first);
   }
   auto db = BillingDb::open(other.path() + "/billing");
   ASSERT_TRUE(db.isOk());
   auto f = SystemPromptFingerprinter::open(**db);
   ASSERT_TRUE(f.isOk());
-  EXPECT_NE(f->fingerprint(prompt), first);
+  EXPECT_NE(f->fingerprint("team-a", prompt), first);
   // A store whose key record was damaged refuses to fingerprint with another key.
   ASSERT_TRUE((*db)->write({{"secret/system-prompt", "short"}}).isOk());
   auto damaged = SystemPromptFingerprinter::open(**db);

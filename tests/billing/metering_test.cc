@@ -370,7 +370,7 @@ TEST_F(MeteringTest, NoLedgerMeansNoMeteredRequest) {
   Metering off;
   EXPECT_FALSE(off.enabled());
   EXPECT_EQ(off.start({}, {}, 1, std::nullopt, {}), nullptr);
-  EXPECT_EQ(off.systemPromptFingerprint({{"system", "x"}}), "");
+  EXPECT_EQ(off.systemPromptFingerprint("team-a", {{"system", "x"}}), "");
 }
 
 }  // namespace

@@ -85,8 +85,8 @@ class DashboardTest : public ::testing::Test {
   }
 
   Server& server() { return harness_->server(); }
-  std::string fingerprint(const std::string& prompt) {
-    return server().metering().systemPromptFingerprint({{"system", prompt}});
+  std::string fingerprint(const std::string& team, const std::string& prompt) {
+    return server().metering().systemPromptFingerprint(team, {{"system", prompt}});
   }
 
   void commit(const std::string& who, const std::string& prompt_text, int64_t start_us, int64_t hit, int64_t miss,
@@ -100,7 +100,7 @@ class DashboardTest : public ::testing::Test {
     e.requested_model = "deepseek-chat";
     e.endpoint = "/v1/chat/completions";
     e.system_prompt =
-        prompt_text.empty() ? "" : fingerprint(prompt_text);
+        prompt_text.empty() ? "" : fingerprint(e.team, prompt_text);
     e.start_us = start_us;
     e.end_us = start_us + 40'000;
     e.ttft_us = 12'500;
@@ -423,8 +423,8 @@ TEST_F(DashboardTest, ATeamSeesItsTeamOnlyAndTheAdminEverything) {
   const json a = overview(sessionFor(secrets_["alice"])).parsed();
   const std::string raw_b = overview(sessionFor(secrets_["bob"])).body;
   const std::string raw_a = a.dump();
-  const std::string fp_a = fingerprint(kPromptA);
-  const std::string fp_b = fingerprint(kPromptB);
+  const std::string fp_a = fingerprint("team-a", kPromptA);
+  const std::string fp_b = fingerprint("team-b", kPromptB);
   for (const std::string& other : {ids_["bob"], std::string("\"bob\""), std::string("team-b"), fp_b}) {
     EXPECT_EQ(raw_a.find(other), std::string::npos) << other;
   }

@@ -1,4 +1,5 @@
-// Tenancy (issue 21, item 12), through the whole server over TLS:
+// Tenancy (issue 21, items 11 and 12), through the whole server over TLS:
+//   - the same system prompt has unrelated fingerprints in two teams;
 //   - time parameters near INT64_MAX on the usage routes answer 400.
 #include <chrono>
 #include <thread>
@@ -98,6 +99,26 @@ class TenancyTest : public ::testing::Test {
   std::string admin_;
   std::string system_;
 };
+
+// Issue 21, item 11: the fingerprint of one system prompt used to be the same
+// in every team, so a tenant could fingerprint a guessed prompt through its
+// own key and look for it among another team's.
+TEST_F(TenancyTest, TheSameSystemPromptHasUnrelatedFingerprintsInTwoTeams) {
+  const std::string a = harness_->newKey("team-a");
+  const std::string b = harness_->newKey("team-b");
+  auto fingerprintOf = [&](const std::string& key, const std::string& question) {
+    const Reply r = post("/v1/chat/completions", chatBody(system_, question), key);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return entryOf(r.header("x-request-id").value_or("")).system_prompt;
+  };
+  const std::string a1 = fingerprintOf(a, "one");
+  const std::string a2 = fingerprintOf(a, "two");
+  const std::string b1 = fingerprintOf(b, "one");
+  EXPECT_EQ(a1.size(), 32u);
+  EXPECT_EQ(a1, a2) << "a team's prompt keeps its fingerprint";
+  EXPECT_NE(a1, b1) << "two teams share a fingerprint";
+  EXPECT_EQ(a1, server().metering().systemPromptFingerprint("team-a", {{"system", system_}}));
+}
 
 // Issue 21, item 12: `to=9223372036854775807` overflowed a signed integer
 // (hour rounding, seconds to microseconds) on the usage routes.
