@@ -9,6 +9,7 @@
 #include <cctype>
 #include <filesystem>
 #include <mutex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kKeyPrefix = "key/";          // key/<id> -> info JSON
+constexpr std::string_view kTeamPrefix = "team/";        // team/<id> -> TeamInfo JSON
 constexpr std::string_view kSecretPrefix = "lg-";
 
 std::string sha256Raw(std::string_view data) {
@@ -61,15 +63,50 @@ std::string base64url(std::string_view raw) {
 }
 
 json toJson(const ApiKeyInfo& k, const std::string& hash_hex) {
-  return {{"id", k.id}, {"team", k.team}, {"name", k.name}, {"created", k.created_unix}, {"hint", k.hint},
-          {"sha256", hash_hex}};
+  return {{"id", k.id},     {"team", k.team},     {"name", k.name},
+          {"created", k.created_unix}, {"hint", k.hint}, {"sha256", hash_hex},
+          {"team_generation", k.team_generation}};
 }
+
+json toJson(const TeamInfo& t) {
+  return {{"id", t.id}, {"generation", t.generation}, {"since_us", t.since_us}, {"deleted_us", t.deleted_us},
+          {"key_ids", t.key_ids}};
+}
+
+std::optional<TeamInfo> teamFromJson(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("id") || !j["id"].is_string()) return std::nullopt;
+  TeamInfo t;
+  t.id = j["id"].get<std::string>();
+  t.generation = j.value("generation", uint32_t{0});
+  t.since_us = j.value("since_us", int64_t{0});
+  t.deleted_us = j.value("deleted_us", int64_t{0});
+  if (j.contains("key_ids") && j["key_ids"].is_array()) {
+    for (const json& id : j["key_ids"]) {
+      if (id.is_string()) t.key_ids.push_back(id.get<std::string>());
+    }
+  }
+  return t;
+}
+
+std::string teamRecordKey(std::string_view id) { return std::string(kTeamPrefix) + std::string(id); }
 
 }  // namespace
 
 Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db) {
   std::unique_ptr<KeyStore> store(new KeyStore(db));
   Status bad;
+  LG_RETURN_IF_ERROR(db.scan(kTeamPrefix, [&](std::string_view key, std::string_view value) {
+    auto team = teamFromJson(value);
+    if (!team) {
+      bad = dataLoss("billing store: team record " + std::string(key) + " is damaged");
+      return false;
+    }
+    store->teams_[team->id] = std::move(*team);
+    return true;
+  }));
+  LG_RETURN_IF_ERROR(bad);
+  std::set<std::string> synthesized;
   LG_RETURN_IF_ERROR(db.scan(kKeyPrefix, [&](std::string_view key, std::string_view value) {
     json j = json::parse(value, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("sha256") || !j["sha256"].is_string()) {
@@ -82,6 +119,20 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db) {
     info.name = j.value("name", "");
     info.created_unix = j.value("created", int64_t{0});
     info.hint = j.value("hint", "");
+    info.team_generation = j.value("team_generation", uint32_t{0});
+    // A key made before team records existed: its team gets one in memory,
+    // from its keys (written with the team's next change).
+    auto [team, added] = store->teams_.try_emplace(info.team);
+    if (added) {
+      team->second.id = info.team;
+      team->second.generation = info.team_generation;
+      team->second.since_us = info.created_unix * 1'000'000;
+      synthesized.insert(info.team);
+    }
+    if (synthesized.contains(info.team)) {
+      team->second.key_ids.push_back(info.id);
+      team->second.since_us = std::min(team->second.since_us, info.created_unix * 1'000'000);
+    }
     store->by_hash_[j["sha256"].get<std::string>()] = std::move(info);
     return true;
   }));
@@ -89,7 +140,8 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db) {
   return store;
 }
 
-Result<std::pair<ApiKeyInfo, std::string>> KeyStore::create(std::string_view team, std::string_view name) {
+Result<std::pair<ApiKeyInfo, std::string>> KeyStore::create(std::string_view team, std::string_view name,
+                                                            bool reuse_deleted_team) {
   LG_RETURN_IF_ERROR(checkTeamId(team));
   if (name.empty() || name.size() > 128 ||
       !std::all_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; })) {
@@ -105,11 +157,34 @@ Result<std::pair<ApiKeyInfo, std::string>> KeyStore::create(std::string_view tea
   info.created_unix = unixSeconds();
   info.hint = key.substr(0, 7) + "...";
   const std::string hash_hex = hexLower(sha256Raw(key));
-  LG_RETURN_IF_ERROR(db_.write({{std::string(kKeyPrefix) + info.id, toJson(info, hash_hex).dump()}}));
-  {
-    std::unique_lock lock(mu_);
-    by_hash_[hash_hex] = info;
+  // Held across the write: the team's record and its keys change together,
+  // so a deletion cannot slip between the check and the new key.
+  std::unique_lock lock(mu_);
+  TeamInfo t;
+  if (auto it = teams_.find(team); it != teams_.end()) {
+    t = it->second;
+  } else {
+    t.id = std::string(team);
+    t.since_us = info.created_unix * 1'000'000;
   }
+  if (t.deleted()) {
+    if (!reuse_deleted_team) {
+      return Status{StatusCode::kAlreadyExists, "team " + t.id +
+                                " was deleted; its id is not reused unless the request says "
+                                "\"reuse_deleted_team\": true (a new team under the old name, sharing nothing with it)"};
+    }
+    // The next generation: a fresh cache namespace and fingerprint scope.
+    t.generation += 1;
+    t.since_us = unixMicros();
+    t.deleted_us = 0;
+    t.key_ids.clear();
+  }
+  info.team_generation = t.generation;
+  t.key_ids.push_back(info.id);
+  LG_RETURN_IF_ERROR(db_.write({{std::string(kKeyPrefix) + info.id, toJson(info, hash_hex).dump()},
+                                {teamRecordKey(t.id), toJson(t).dump()}}));
+  by_hash_[hash_hex] = info;
+  teams_[t.id] = std::move(t);
   return std::make_pair(std::move(info), key);
 }
 
@@ -133,13 +208,60 @@ Status KeyStore::revoke(std::string_view id) {
   const ApiKeyInfo revoked = std::move(it->second);
   by_hash_.erase(it);
   lock.unlock();
+  notifyRevoked({revoked});
+  return Status::ok();
+}
+
+void KeyStore::notifyRevoked(const std::vector<ApiKeyInfo>& revoked) {
   std::vector<std::function<void(const ApiKeyInfo&)>> observers;
   {
     std::lock_guard observers_lock(observers_mu_);
     observers = observers_;
   }
-  for (const auto& observer : observers) observer(revoked);
-  return Status::ok();
+  for (const ApiKeyInfo& key : revoked) {
+    for (const auto& observer : observers) observer(key);
+  }
+}
+
+Result<DeletedTeam> KeyStore::deleteTeam(std::string_view team, int64_t now_us) {
+  DeletedTeam out;
+  {
+    // Held across the write: no key of the team authenticates, and none can
+    // be made for it without reuse_deleted_team, once this returns.
+    std::unique_lock lock(mu_);
+    auto t = teams_.find(team);
+    if (t == teams_.end()) return notFound("no team " + std::string(team));
+    TeamInfo updated = t->second;
+    if (!updated.deleted()) updated.deleted_us = std::max<int64_t>(now_us, 1);
+    std::vector<std::string> deletes;
+    for (const auto& [hash, info] : by_hash_) {
+      if (info.team == team) {
+        deletes.push_back(std::string(kKeyPrefix) + info.id);
+        out.revoked.push_back(info);
+      }
+    }
+    LG_RETURN_IF_ERROR(db_.write({{teamRecordKey(updated.id), toJson(updated).dump()}}, deletes));
+    std::erase_if(by_hash_, [&](const auto& e) { return e.second.team == team; });
+    t->second = updated;
+    out.team = std::move(updated);
+  }
+  // After the lock: the observers cancel the keys' requests in flight.
+  notifyRevoked(out.revoked);
+  return out;
+}
+
+std::optional<TeamInfo> KeyStore::team(std::string_view id) const {
+  std::shared_lock lock(mu_);
+  auto it = teams_.find(id);
+  if (it == teams_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<TeamInfo> KeyStore::teams() const {
+  std::shared_lock lock(mu_);
+  std::vector<TeamInfo> out;
+  for (const auto& [id, t] : teams_) out.push_back(t);
+  return out;
 }
 
 void KeyStore::onRevoke(std::function<void(const ApiKeyInfo&)> observer) {
@@ -153,7 +275,14 @@ std::optional<Principal> KeyStore::authenticate(std::string_view key) const {
   std::shared_lock lock(mu_);
   auto it = by_hash_.find(hash_hex);
   if (it == by_hash_.end()) return std::nullopt;
-  return Principal{it->second.id, it->second.team, it->second.name};
+  // A live key belongs to its team's current generation (a deletion revokes
+  // every key before a reuse can start the next one); a key of an older
+  // generation would read a namespace the team's new owner does not own.
+  const auto team = teams_.find(it->second.team);
+  LG_CHECK(team != teams_.end() && !team->second.deleted() &&
+               team->second.generation == it->second.team_generation,
+           "an API key outlived its team's generation");
+  return Principal{it->second.id, it->second.team, it->second.name, it->second.team_generation};
 }
 
 Result<AdminKey> AdminKey::loadOrCreate(std::string_view configured, const std::string& path, bool* created) {

@@ -5,14 +5,26 @@
 // is hashed and looked up in memory; revoking a key removes it from memory
 // and from the store in one synced write, effective for the next request.
 //
-// A key's team is its cache namespace (cache::TeamNamespace) and, later, its
-// billing account.
+// A key's team is its cache namespace (cache::TeamNamespace) and its billing
+// account.
+//
+// Teams (issue 21, item 10). The store keeps a record per team id
+// (team/<id>: TeamInfo as JSON), made with the team's first key: the key ids
+// it was given and its namespace generation. deleteTeam() revokes every key
+// of the team and records the deletion; a deleted id is not silently reused:
+// create() refuses it (AlreadyExists) unless the admin says so
+// (reuse_deleted_team), which starts the next generation, a fresh cache
+// namespace and fingerprint scope (common/team_id.h: teamScope) in which
+// nothing of the earlier owner's can be hit. Keys made before team records
+// existed get a record in memory at open (generation 0), written with the
+// team's next change.
 //
 // Thread-safety: all methods may be called concurrently.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <memory>
 #include <optional>
@@ -33,12 +45,36 @@ struct ApiKeyInfo {
   std::string name;  // the owner's label
   int64_t created_unix = 0;
   std::string hint;  // the key's first characters ("lg-AbCd..."), to tell keys apart
+  uint32_t team_generation = 0;  // the team's generation when the key was made (TeamInfo)
 };
 
 struct Principal {
   std::string key_id;
   std::string team;
   std::string key_name;
+  // The team's namespace generation: 0, or how many times the id was reused
+  // after a deletion. The cache namespace and the fingerprint scope are
+  // teamScope(team, team_generation).
+  uint32_t team_generation = 0;
+};
+
+struct TeamInfo {
+  std::string id;
+  uint32_t generation = 0;  // bumped by each reuse of the id after a deletion
+  int64_t since_us = 0;     // when this generation began (its first key), Unix microseconds
+  int64_t deleted_us = 0;   // when it was deleted; 0: live
+  std::vector<std::string> key_ids;  // every key made in this generation, revoked ones too
+  bool deleted() const { return deleted_us != 0; }
+  // Whether a ledger entry of this team that started at `start_us` belongs
+  // to a deleted team: this generation is deleted, or the entry is older
+  // than this generation (an earlier owner of the id).
+  bool deletedAt(int64_t start_us) const { return deleted() || (generation > 0 && start_us < since_us); }
+};
+
+// What deleteTeam() did.
+struct DeletedTeam {
+  TeamInfo team;                      // as recorded, deleted
+  std::vector<ApiKeyInfo> revoked;    // the keys it revoked now (none when it was deleted before)
 };
 
 class KeyStore {
@@ -48,8 +84,11 @@ class KeyStore {
 
   // A new key for `team` (a valid team id, common/team_id.h) named `name`
   // (1..128 printable characters). Returns its info and the key itself, which
-  // exists nowhere else afterwards.
-  Result<std::pair<ApiKeyInfo, std::string>> create(std::string_view team, std::string_view name);
+  // exists nowhere else afterwards. A deleted team's id is refused
+  // (AlreadyExists) unless `reuse_deleted_team`, which starts the id's
+  // next generation; for a live team the flag changes nothing.
+  Result<std::pair<ApiKeyInfo, std::string>> create(std::string_view team, std::string_view name,
+                                                    bool reuse_deleted_team = false);
   std::vector<ApiKeyInfo> list() const;  // by creation, oldest first
   Status revoke(std::string_view id);    // NotFound when no such key
   // `observer` is told of every key revoked from now on, after the revocation
@@ -59,12 +98,23 @@ class KeyStore {
   // The key's principal, or nothing for an unknown or revoked key.
   std::optional<Principal> authenticate(std::string_view key) const;
 
+  // Revokes every key of `team` in one synced write (the revocation
+  // observers run for each, after it) and records the team deleted at
+  // `now_us`. NotFound for a team the store never knew. A team deleted
+  // before is returned as recorded, with nothing revoked, so that a retried
+  // deletion can purge again what a failed one left.
+  Result<DeletedTeam> deleteTeam(std::string_view team, int64_t now_us);
+  std::optional<TeamInfo> team(std::string_view id) const;
+  std::vector<TeamInfo> teams() const;  // by id
+
  private:
   explicit KeyStore(BillingDb& db) : db_(db) {}
+  void notifyRevoked(const std::vector<ApiKeyInfo>& revoked);
 
   BillingDb& db_;
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, ApiKeyInfo> by_hash_;  // guarded by mu_: SHA-256 hex of the key -> info
+  std::map<std::string, TeamInfo, std::less<>> teams_;   // guarded by mu_: by team id
   std::mutex observers_mu_;
   std::vector<std::function<void(const ApiKeyInfo&)>> observers_;  // guarded by observers_mu_
 };

@@ -45,7 +45,7 @@ class SystemPromptFingerprinter {
   static Result<SystemPromptFingerprinter> open(BillingDb& db);
   explicit SystemPromptFingerprinter(std::string key) : key_(std::move(key)) {}
 
-  // `team`: the requesting team's id (common/team_id.h).
+  // `team`: the requesting team's id (its namespace scope, common/team_id.h).
   // Empty for no leading system or developer message.
   std::string fingerprint(std::string_view team,
                           const std::vector<std::pair<std::string_view, std::string_view>>& messages) const;

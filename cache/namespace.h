@@ -5,8 +5,11 @@
 // time another tenant's blocks. Two kinds exist, as distinct types so that
 // one can never be passed for the other:
 //   - TeamNamespace: a team's own, private namespace, made from the team's
-//     immutable id (never its display name, which can be renamed or reused).
-//     Every request reads and publishes its own team's namespace.
+//     immutable id (never its display name, which can be renamed or reused)
+//     and its generation (common/team_id.h, teamScope): an id reused after
+//     its team was deleted names a new namespace, where nothing of the
+//     earlier owner's can be hit. Every request reads and publishes its own
+//     team's namespace.
 //   - SharedNamespace: a namespace an admin publishes a prefix into on purpose
 //     (a company-wide system prompt), readable only by the teams it has been
 //     granted to (PrefixCache::grantShared).
@@ -16,6 +19,7 @@
 // Thread-safety: immutable values.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,11 +30,16 @@ namespace lg::cache {
 class TeamNamespace {
  public:
   // Ids follow the team-id rule (common/team_id.h: 1..128 characters of
-  // [A-Za-z0-9._-]); InvalidArgument otherwise.
-  static Result<TeamNamespace> ofTeam(std::string_view team_id);
+  // [A-Za-z0-9._-]); InvalidArgument otherwise. `generation`: the team's
+  // (billing::TeamInfo); 0 is the key every namespace had before.
+  static Result<TeamNamespace> ofTeam(std::string_view team_id, uint32_t generation = 0);
 
   const std::string& key() const { return key_; }  // what block keys chain over
-  std::string_view id() const { return std::string_view(key_).substr(kPrefix.size()); }
+  // The team id, without the generation.
+  std::string_view id() const {
+    std::string_view scope = std::string_view(key_).substr(kPrefix.size());
+    return scope.substr(0, scope.find('#'));
+  }
   bool operator==(const TeamNamespace&) const = default;
 
  private:

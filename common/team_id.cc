@@ -28,4 +28,10 @@ Status checkTeamId(std::string_view id, std::string_view what) {
   return Status::ok();
 }
 
+std::string teamScope(std::string_view id, uint32_t generation) {
+  std::string scope(id);
+  if (generation > 0) scope += "#" + std::to_string(generation);
+  return scope;
+}
+
 }  // namespace lg

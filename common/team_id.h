@@ -10,6 +10,8 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
@@ -23,5 +25,12 @@ bool validTeamId(std::string_view id);
 // InvalidArgument naming `what` ("team id", "shared namespace name") and
 // what is wrong (the length, or a character outside the set); OK otherwise.
 Status checkTeamId(std::string_view id, std::string_view what = "team id");
+
+// The scope a team's cache namespace and system-prompt fingerprints are made
+// in: the id itself for generation 0, "<id>#<generation>" once a deleted
+// team's id was reused (billing/key_store.h, TeamInfo). '#' is outside the
+// id alphabet, so no team id spells another team's scope, and generation 0
+// keeps the scopes (and cached blocks) made before generations existed.
+std::string teamScope(std::string_view id, uint32_t generation);
 
 }  // namespace lg

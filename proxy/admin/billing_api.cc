@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -187,6 +188,7 @@ void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exc
     h.add("content-disposition", "attachment; filename=\"usage.csv\"");
     return exchange->respond(200, std::move(h), std::move(out));
   }
+  markDeletedTeams(data, keys_);
   exchange->respond(200, jsonHeaders(),
                     openai::jsonText(json{{"object", "list"},
                                 {"group_by", query.group_by == billing::GroupBy::kNone ? json(nullptr)
@@ -240,6 +242,8 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
   const std::string team = q.contains("team") ? q.at("team") : "";
   bool more = false;
   std::string next;
+  std::map<std::string, billing::TeamInfo> teams;
+  for (billing::TeamInfo& t : keys_.teams()) teams.emplace(t.id, std::move(t));
   const int64_t from_us = std::max(range.from_s * kUsPerS, after_us);
   Status s = ledger_.scanEntries(from_us, range.to_s * kUsPerS, [&](const billing::LedgerEntry& e) {
     if (e.start_us == after_us && e.request_id <= after_id) return true;
@@ -250,7 +254,12 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
       more = true;
       return false;
     }
-    data.push_back(ledgerEntryJson(e));
+    json entry = ledgerEntryJson(e);
+    // The entry of a deleted team (or of an earlier owner of a reused id)
+    // stays for accounting, marked (issue 21, item 10).
+    const auto t = teams.find(e.team);
+    entry["team_deleted"] = t != teams.end() && t->second.deletedAt(e.start_us);
+    data.push_back(std::move(entry));
     next = std::to_string(e.start_us) + "/" + e.request_id;
     return true;
   });

@@ -33,8 +33,23 @@ void KeysApi::create(const HttpRequest& request, std::shared_ptr<Exchange> excha
                                                                    std::string("`") + field + "` must be a string"));
     }
   }
-  auto created = keys_.create(body["team"].get<std::string>(), body["name"].get<std::string>());
+  bool reuse = false;
+  if (auto it = body.find("reuse_deleted_team"); it != body.end()) {
+    if (!it->is_boolean()) {
+      return respondWithApiError(*exchange, openai::invalidRequest("reuse_deleted_team", "invalid_type",
+                                                                   "`reuse_deleted_team` must be a boolean"));
+    }
+    reuse = it->get<bool>();
+  }
+  auto created = keys_.create(body["team"].get<std::string>(), body["name"].get<std::string>(), reuse);
   if (!created.isOk()) {
+    if (created.status().code() == StatusCode::kAlreadyExists) {
+      // A deleted team's id: reusing it silently would hand the new owner
+      // whatever still names the old team (issue 21, item 10).
+      ApiError e = openai::invalidRequest("team", "team_deleted", created.status().message());
+      e.http_status = 409;
+      return respondWithApiError(*exchange, e);
+    }
     if (created.status().code() == StatusCode::kInvalidArgument) {
       const std::string param = created.status().message().rfind("name", 0) == 0 ? "name" : "team";
       return respondWithApiError(*exchange, openai::invalidRequest(param, "invalid_value", created.status().message()));
@@ -43,7 +58,7 @@ void KeysApi::create(const HttpRequest& request, std::shared_ptr<Exchange> excha
     return respondWithApiError(*exchange, openai::internalError());
   }
   const auto& [info, key] = *created;
-  proxyLog()->info("admin created API key {} for team {}", info.id, info.team);
+  proxyLog()->info("admin created API key {} for team {} (generation {})", info.id, info.team, info.team_generation);
   exchange->respond(200, jsonHeaders(),
                     json{{"id", info.id}, {"key", key}, {"team", info.team}, {"name", info.name}, {"created", info.created_unix}}
                         .dump(-1, ' ', false, json::error_handler_t::replace));

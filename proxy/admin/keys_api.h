@@ -1,7 +1,9 @@
 // KeysApi: the admin API of API keys (docs/gateway.md, "Admin API").
 //
 // Admin key:
-//   POST   /admin/keys        {"team", "name"} -> {"id", "key", "team", "name", "created"} (the key shown only here)
+//   POST   /admin/keys        {"team", "name"} -> {"id", "key", "team", "name", "created"} (the key shown only here);
+//                              409 team_deleted for a deleted team's id unless the body also says
+//                              "reuse_deleted_team": true (a new team under the old id: teams_api.h)
 //   GET    /admin/keys        every key: id, team, name, created, hint (never the key)
 //   DELETE /admin/keys/{id}   revokes it, effective for the next request
 //

@@ -111,6 +111,16 @@ UsageList usageList(const std::vector<billing::UsageRow>& rows, const billing::U
 int64_t usageFromS(const billing::UsageQuery& query) { return std::max<int64_t>(query.from_s, 0) / 3600 * 3600; }
 int64_t usageToS(const billing::UsageQuery& query) { return (std::max<int64_t>(query.to_s, 0) + 3599) / 3600 * 3600; }
 
+void markDeletedTeams(json& rows, const billing::KeyStore& keys) {
+  std::map<std::string, bool> deleted;
+  for (const billing::TeamInfo& t : keys.teams()) deleted[t.id] = t.deleted();
+  for (json& row : rows) {
+    if (!row.is_object() || !row.contains("team") || !row["team"].is_string()) continue;
+    const auto it = deleted.find(row["team"].get<std::string>());
+    row["team_deleted"] = it != deleted.end() && it->second;
+  }
+}
+
 json granularityJson(int64_t granularity_s) {
   return granularity_s == 3600 ? json("hour") : granularity_s == 86400 ? json("day") : json(nullptr);
 }

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "proxy/http/api_error.h"
 
@@ -56,6 +57,11 @@ UsageList usageList(const std::vector<billing::UsageRow>& rows, const billing::U
 // to rounded up to whole hours (the counters are hourly).
 int64_t usageFromS(const billing::UsageQuery& query);
 int64_t usageToS(const billing::UsageQuery& query);
+
+// Adds "team_deleted" to every row of `rows` that names a team: whether the
+// team is deleted now (issue 21, item 10). Its entries and counters stay in
+// the ledger for accounting; this is how the views say whose they were.
+void markDeletedTeams(nlohmann::json& rows, const billing::KeyStore& keys);
 
 // "hour", "day" or null.
 nlohmann::json granularityJson(int64_t granularity_s);

@@ -422,6 +422,19 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
   const std::string team = admin ? "" : viewer.team;  // every query of a team's overview names it
   const int64_t now_us = nowUs();
   const int64_t now_s = now_us / kUsPerS;
+  // A team whose id was reused after a deletion (issue 21, item 10) sees its
+  // own generation only: the earlier owner's entries stay in the ledger for
+  // the admin, marked deleted. The counters are hourly, so its view starts at
+  // the first whole hour of its generation (an hour shared with the earlier
+  // owner would mix both), and its recent entries at the generation's start.
+  int64_t since_us = 0;
+  if (!admin) {
+    if (const std::optional<billing::TeamInfo> t = keys_.team(team); t && t->generation > 0) {
+      since_us = t->since_us;
+      from_s = std::max(from_s, (since_us / kUsPerS + 3599) / 3600 * 3600);
+      to_s = std::max(to_s, from_s);
+    }
+  }
 
   billing::UsageQuery base;
   base.from_s = from_s;
@@ -499,6 +512,7 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
     }
     key_list.push_back(std::move(row));
   }
+  markDeletedTeams(key_list, keys_);  // as /admin/usage marks its rows
   out["keys"] = std::move(key_list);
 
   // Teams (the admin's): ...&group_by=team, and teams with keys but no usage.
@@ -522,6 +536,7 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
       row["keys"] = key_counts[r.group];
       team_list.push_back(std::move(row));
     }
+    markDeletedTeams(team_list, keys_);
     out["teams"] = std::move(team_list);
   }
 
@@ -536,12 +551,15 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
   });
   out["system_prompt_count"] = sp_rows.size();
   if (sp_rows.size() > options_.top_system_prompts) sp_rows.resize(options_.top_system_prompts);
-  out["system_prompts"] = usageList(sp_rows, sp_q, names).data;
+  json sp_list = usageList(sp_rows, sp_q, names).data;
+  markDeletedTeams(sp_list, keys_);
+  out["system_prompts"] = std::move(sp_list);
 
   // Recent requests: the newest entries of the range (a bounded reverse scan).
   LG_ASSIGN_OR_RETURN(auto entries, ledger_.recentEntries(options_.recent_limit, team, from_s * kUsPerS, to_s * kUsPerS,
                                                           options_.recent_max_examined));
   if (!admin) dropOtherTeams(entries, team, "ledger entry");
+  std::erase_if(entries, [&](const billing::LedgerEntry& e) { return e.start_us < since_us; });
   json recent = json::array();
   for (const billing::LedgerEntry& e : entries) {
     const auto name = names.find(e.key_id);

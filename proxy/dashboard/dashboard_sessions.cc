@@ -115,6 +115,13 @@ bool DashboardSessions::remove(std::string_view token) {
   return by_hash_.erase(hash) > 0;
 }
 
+size_t DashboardSessions::removeTeam(std::string_view team) {
+  std::lock_guard lock(mu_);
+  return std::erase_if(by_hash_, [&](const auto& kv) {
+    return kv.second.viewer.role == DashboardViewer::Role::kTeam && kv.second.viewer.team == team;
+  });
+}
+
 size_t DashboardSessions::size() const {
   std::lock_guard lock(mu_);
   return by_hash_.size();

@@ -67,6 +67,8 @@ class DashboardSessions {
   std::optional<DashboardSession> find(std::string_view token, int64_t now_us);
   // Removes the token's session; false when there was none.
   bool remove(std::string_view token);
+  // Removes every session of `team`'s keys (the team was deleted); returns how many.
+  size_t removeTeam(std::string_view team);
   size_t size() const;
 
   int64_t ttlUs() const { return ttl_us_; }

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/team_id.h"
 #include "proxy/http/http_errors.h"
 
 namespace lg::proxy {
@@ -52,7 +53,7 @@ bool Gateway::knownModel(const std::string& model) const {
 
 serving::GenerationRequest Gateway::newRequest(const billing::Principal& who) const {
   // Key teams were validated when the key was created.
-  serving::GenerationRequest r(cache::TeamNamespace::ofTeam(who.team).value());
+  serving::GenerationRequest r(cache::TeamNamespace::ofTeam(who.team, who.team_generation).value());
   if (auto it = options_.shared_namespaces.find(who.team); it != options_.shared_namespaces.end()) r.shared = it->second;
   return r;
 }
@@ -63,7 +64,9 @@ std::string Gateway::systemPromptOf(const billing::Principal& who, const openai:
     if (m.role != openai::Role::kSystem && m.role != openai::Role::kDeveloper) break;
     parts.emplace_back(roleName(m.role), m.content ? std::string_view(*m.content) : std::string_view());
   }
-  return admission_.metering().systemPromptFingerprint(who.team, parts);
+  // The team's scope, generation included: an id reused after a deletion
+  // cannot match the earlier owner's fingerprints either.
+  return admission_.metering().systemPromptFingerprint(teamScope(who.team, who.team_generation), parts);
 }
 
 GenerationPlan Gateway::newPlan(std::string response_id, std::string requested_model, bool stream,

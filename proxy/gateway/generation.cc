@@ -306,6 +306,14 @@ void Generation::untrack(const Call* call) const {
   }
 }
 
+size_t Generation::runningFor(const std::string& key_id) const {
+  std::lock_guard lock(running_mu_);
+  auto [begin, end] = running_.equal_range(key_id);
+  size_t n = 0;
+  for (auto it = begin; it != end; ++it) n += it->second.expired() ? 0 : 1;
+  return n;
+}
+
 size_t Generation::cancelKey(const std::string& key_id) const {
   std::vector<std::shared_ptr<Call>> calls;
   {

@@ -85,6 +85,9 @@ class Generation {
   // within one engine step; each is billed for what it computed. Returns how
   // many requests it cancelled.
   size_t cancelKey(const std::string& key_id) const;
+  // How many requests of the key are still running (their last choice has
+  // not ended): a team's deletion waits for none before purging its cache.
+  size_t runningFor(const std::string& key_id) const;
 
   struct Call;  // one call's state (generation.cc)
 

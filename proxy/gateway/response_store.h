@@ -161,6 +161,10 @@ class ResponseStore {
   // refusals are the gateway's to count).
   uint64_t oversizeDropped() const { return oversize_dropped_.load(); }
   int64_t maxRecordBytes() const { return options_.max_record_bytes; }
+  // Deletes every record of these owners (the keys of a deleted team, issue
+  // 21 item 10), synced; returns how many. A record being written while this
+  // runs may survive it: stop the owners' requests first.
+  Result<int64_t> purgeOwners(const std::vector<std::string>& owners);
 
   // Deletes up to `max_records` expired records, oldest first; returns how
   // many. Not synced.

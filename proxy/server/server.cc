@@ -12,6 +12,7 @@
 #include "proxy/admin/metrics_route.h"
 #include "proxy/admin/responses_api.h"
 #include "proxy/admin/shared_prefixes.h"
+#include "proxy/admin/teams_api.h"
 #include "proxy/dashboard/dashboard.h"
 #include "proxy/gateway/admission.h"
 #include "proxy/gateway/gateway.h"
@@ -69,6 +70,7 @@ struct Server::Parts {
   std::unique_ptr<Generation> generation;
   std::unique_ptr<Gateway> gateway;
   std::unique_ptr<KeysApi> keys_api;
+  std::unique_ptr<TeamsApi> teams_api;
   std::unique_ptr<BillingApi> billing_api;
   std::unique_ptr<BudgetApi> budget_api;
   std::unique_ptr<SharedPrefixPublisher> shared_prefixes;
@@ -132,6 +134,17 @@ Status Server::Parts::build() {
   // cache.shared_namespaces: the cache lets each granted team read its
   // shared namespaces, and the gateway names them in the team's lookups.
   LG_ASSIGN_OR_RETURN(std::vector<cache::SharedGrant> grants, cache::sharedGrants(config));
+  // A deleted team's grants ended with it; a team whose id was reused after
+  // a deletion is granted in its current generation's namespace.
+  for (cache::SharedGrant& g : grants) {
+    std::vector<cache::TeamNamespace> teams;
+    for (const cache::TeamNamespace& t : g.teams) {
+      const std::optional<billing::TeamInfo> info = keys->team(t.id());
+      if (info && info->deleted()) continue;
+      teams.push_back(info ? cache::TeamNamespace::ofTeam(t.id(), info->generation).value() : t);
+    }
+    g.teams = std::move(teams);
+  }
   const serving::SchedulerOptions scheduler_options =
       engine.scheduler ? *engine.scheduler : serving::schedulerOptions(config, engine.backend->config());
   LG_ASSIGN_OR_RETURN(scheduler, serving::Scheduler::create(*engine.backend, engine.cache, *engine.tokenizer,
@@ -164,6 +177,12 @@ Status Server::Parts::build() {
     }
   });
   keys_api = std::make_unique<KeysApi>(*keys, *admission);
+  TeamsApiOptions teams_options;
+  teams_options.shared_namespaces = gateway_options.shared_namespaces;
+  // The dashboard is built below, before any route runs.
+  teams_options.drop_sessions = [this](const std::string& team) { return dashboard->sessions().removeTeam(team); };
+  teams_api = std::make_unique<TeamsApi>(std::move(teams_options), *keys, *admission, *generation, engine.cache,
+                                         responses.get());
   billing_api = std::make_unique<BillingApi>(*ledger, *prices, *keys, *admission, budgets.get());
   billing_api->setKeyQueryLimit(config.limits.key_usage_queries_per_minute);
   responses_api = std::make_unique<ResponsesAdminApi>(*responses, *keys, *admission);
@@ -230,6 +249,7 @@ void Server::Parts::addRoutes() {
   addHealthRoutes(router, [] { return Readiness{true, ""}; });
   gateway->addRoutes(router);
   keys_api->addRoutes(router);
+  teams_api->addRoutes(router);
   billing_api->addRoutes(router);
   budget_api->addRoutes(router);
   if (shared_prefixes) shared_prefixes->addRoutes(router);

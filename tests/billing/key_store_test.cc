@@ -83,6 +83,70 @@ TEST(KeyStoreTest, KeysAreShownOnceStoredHashedAndRevokedAtOnce) {
   ASSERT_TRUE((*store)->authenticate(key_a).has_value());
 }
 
+// Issue 21, item 10: teams are known from their first key; deleting one
+// revokes its keys (the observers hear of each), and its id is refused for a
+// new key unless reuse is asked for, which starts the next generation. All
+// of it survives a restart.
+TEST(KeyStoreTest, ADeletedTeamsIdIsReusedOnlyOnPurposeAsANewGeneration) {
+  test::TempDir dir;
+  std::string first_id;
+  {
+    auto db = BillingDb::open(dir.file("billing"));
+    ASSERT_TRUE(db.isOk());
+    auto store = KeyStore::open(**db);
+    ASSERT_TRUE(store.isOk());
+    std::vector<std::string> revoked;
+    (*store)->onRevoke([&](const ApiKeyInfo& k) { revoked.push_back(k.id); });
+    auto a1 = (*store)->create("acme", "one");
+    auto a2 = (*store)->create("acme", "two");
+    auto b = (*store)->create("bystander", "b");
+    ASSERT_TRUE(a1.isOk() && a2.isOk() && b.isOk());
+    first_id = a1->first.id;
+    EXPECT_EQ((*store)->authenticate(a1->second)->team_generation, 0u);
+    EXPECT_EQ((*store)->deleteTeam("nobody", 1).status().code(), StatusCode::kNotFound);
+
+    auto deleted = (*store)->deleteTeam("acme", 1'000'000);
+    ASSERT_TRUE(deleted.isOk()) << deleted.status().toString();
+    EXPECT_EQ(deleted->revoked.size(), 2u);
+    EXPECT_EQ(revoked.size(), 2u);
+    EXPECT_TRUE(deleted->team.deleted());
+    EXPECT_EQ(deleted->team.key_ids.size(), 2u);
+    EXPECT_FALSE((*store)->authenticate(a1->second).has_value());
+    EXPECT_FALSE((*store)->authenticate(a2->second).has_value());
+    EXPECT_TRUE((*store)->authenticate(b->second).has_value());
+    auto again = (*store)->deleteTeam("acme", 2'000'000);
+    ASSERT_TRUE(again.isOk());
+    EXPECT_TRUE(again->revoked.empty());
+    EXPECT_EQ(again->team.deleted_us, 1'000'000) << "a second deletion keeps the first time";
+    EXPECT_EQ((*store)->create("acme", "three").status().code(), StatusCode::kAlreadyExists);
+  }
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  auto store = KeyStore::open(**db);
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  const auto acme = (*store)->team("acme");
+  ASSERT_TRUE(acme.has_value());
+  EXPECT_TRUE(acme->deleted());
+  EXPECT_TRUE(acme->deletedAt(0));
+  EXPECT_EQ((*store)->create("acme", "three").status().code(), StatusCode::kAlreadyExists);
+  auto reused = (*store)->create("acme", "three", /*reuse_deleted_team=*/true);
+  ASSERT_TRUE(reused.isOk()) << reused.status().toString();
+  EXPECT_EQ(reused->first.team_generation, 1u);
+  EXPECT_EQ((*store)->authenticate(reused->second)->team_generation, 1u);
+  const auto now = (*store)->team("acme");
+  ASSERT_TRUE(now.has_value());
+  EXPECT_FALSE(now->deleted());
+  EXPECT_EQ(now->generation, 1u);
+  EXPECT_EQ(now->key_ids, std::vector<std::string>{reused->first.id});
+  EXPECT_TRUE(now->deletedAt(now->since_us - 1)) << "the earlier owner's entries stay marked deleted";
+  EXPECT_FALSE(now->deletedAt(now->since_us));
+  // The flag changes nothing for a live team.
+  auto more = (*store)->create("acme", "four", true);
+  ASSERT_TRUE(more.isOk());
+  EXPECT_EQ(more->first.team_generation, 1u);
+  EXPECT_EQ((*store)->teams().size(), 2u);
+}
+
 TEST(AdminKeyTest, GeneratedPrivatelyOnceOrTakenFromTheConfig) {
   test::TempDir dir;
   const std::string path = dir.file("admin.key");

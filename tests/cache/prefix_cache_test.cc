@@ -479,6 +479,41 @@ TEST_F(PrefixCacheTest, PurgeRemovesATeamsBlocksFromEveryTierAcrossRestarts) {
   EXPECT_EQ(cache_->snapshot().rejectedTotal(), 0u);
 }
 
+// Issue 21, item 10: an id reused after its team was deleted names another
+// namespace (its generation), which hits nothing of the earlier owner's in
+// either tier; and a purge while a sequence of the team still holds blocks
+// unindexes them without freeing them under it.
+TEST_F(PrefixCacheTest, ANewGenerationHitsNothingAndAPurgeLeavesHeldBlocksToTheirHolder) {
+  PrefixCacheOptions o;
+  o.write_through_hits = 0;
+  make(o, true);
+  const auto a = tokens(4 * kBt + 1, 160);
+  request("acme", a);
+  cache_->writerForTest()->drain();
+  LookupOptions always;
+  always.restore_policy = RestorePolicy::kAlways;
+  {
+    PrefixLease next = cache_->acquire(TeamNamespace::ofTeam("acme", 1).value(), a, always);
+    EXPECT_EQ(next.cachedTokens(), 0) << "generation 1 hit generation 0's blocks";
+  }
+
+  // A running sequence of the team holds its hit blocks while it is purged.
+  PrefixLease lease = cache_->acquire(team("acme"), a);
+  ASSERT_EQ(lease.cachedTokens(), 4 * kBt);
+  engine::SequenceBlocks seq(*pool_, 1 << 20);
+  seq.adopt(lease.takeBlocks(), lease.cachedTokens());
+  const std::vector<Digest> content = contentKeys(*pool_, "acme", a);
+  auto purged = cache_->purgeNamespace(team("acme"));
+  ASSERT_TRUE(purged.isOk()) << purged.status().toString();
+  EXPECT_EQ(purged->tier0, 4u);
+  EXPECT_EQ(purged->disk, 4u);
+  request("other", tokens(8 * kBt + 1, 161));  // allocates: freed blocks would be reused here
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(pool_->holds(seq.blocks()[i], content[i])) << "block " << i << " was freed under its sequence";
+  }
+  EXPECT_EQ(request("acme", a, always).cached_tokens, 0);
+}
+
 // --- Forged and stale blocks.
 
 TEST_F(PrefixCacheTest, BlocksWrittenWithAnotherSecretAreRejectedAsForged) {
