@@ -288,25 +288,14 @@ Result<int64_t> ResponseStore::purgeOwner(std::string_view owner) {
     LG_RETURN_IF_ERROR(db_.write({}, deletes));
   }
   return purged;
+}
+
 Result<int64_t> ResponseStore::purgeOwners(const std::vector<std::string>& owners) {
-  std::vector<std::string> deletes;
   int64_t records = 0;
   for (const std::string& owner : owners) {
-    if (!validName(owner)) continue;
-    const std::string prefix = std::string(kRecordPrefix) + owner + "/";
-    LG_RETURN_IF_ERROR(db_.scan(prefix, [&](std::string_view key, std::string_view value) {
-      deletes.emplace_back(key);
-      ++records;
-      // Its expiry entry goes with it; a damaged record's stays behind and
-      // is deleted by the sweep when it comes due (it names no record then).
-      const json j = json::parse(value, nullptr, false);
-      if (j.is_object() && j.contains("expires") && j["expires"].is_number_integer()) {
-        deletes.push_back(expiryKey(j["expires"].get<int64_t>(), owner, key.substr(prefix.size())));
-      }
-      return true;
-    }));
+    LG_ASSIGN_OR_RETURN(int64_t n, purgeOwner(owner));
+    records += n;
   }
-  if (!deletes.empty()) LG_RETURN_IF_ERROR(db_.write({}, deletes));
   return records;
 }
 
