@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cache/namespace.h"
+#include "serving/token_constraint.h"
 
 namespace lg::serving {
 
@@ -40,6 +41,10 @@ struct SamplingOptions {
   float repetition_penalty = 1.0f;  // (0, 2]: a token of the prompt or the output has its logit divided (if
                                     // positive) or multiplied (if negative) by it (vLLM's)
   float min_p = 0.0f;               // [0, 1]: drop tokens less likely than min_p times the likeliest (vLLM's)
+  // Structured output (serving/token_constraint.h): each sequence makes its
+  // own; only allowed tokens are sampled, masked before temperature, top-p,
+  // top-k and log-probabilities. Empty: free text.
+  TokenConstraintFactory constraint;
 };
 
 struct GenerationRequest {

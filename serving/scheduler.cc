@@ -87,6 +87,7 @@ struct Scheduler::Sequence {
         blocks(pool, max_context),
         sampler(params, fallback_seed),
         logits(request.sampling, request.prompt),
+        constraint(request.sampling.constraint ? request.sampling.constraint() : nullptr),
         stop(params),
         text(tokenizer, request.sampling.stop) {}
 
@@ -116,6 +117,8 @@ struct Scheduler::Sequence {
   engine::Sampler sampler;
   LogitsProcessor logits;          // penalties, bias, min_p (and the constraint's mask)
   std::vector<float> processed;    // the processed row, when there is processing
+  std::unique_ptr<TokenConstraint> constraint;  // null: free text
+  std::vector<uint32_t> allowed;                // the constraint's mask for this step
   engine::StopChecker stop;
   TextStream text;
   bool want_prompt_logprobs = false;  // until they are sent
@@ -667,12 +670,57 @@ void Scheduler::processOutput(Sequence& seq, const StepEntry& entry, const engin
   }
   const int32_t rows = out.num_rows[index];
   std::span<const float> row(out.row(index, rows - 1), static_cast<size_t>(out.vocab_size));
-  if (seq.logits.active()) {
+  const uint32_t* allowed = nullptr;
+  if (seq.constraint) {
+    if (!constrain(seq, row.size())) return;
+    allowed = seq.allowed.data();
+  }
+  if (seq.logits.active() || allowed != nullptr) {
     seq.processed.resize(row.size());
-    seq.logits.apply(row, seq.processed, nullptr);
+    seq.logits.apply(row, seq.processed, allowed);
     row = seq.processed;
   }
   acceptToken(seq, seq.sampler.sample(row), now);
+}
+
+bool Scheduler::constrain(Sequence& seq, size_t vocab) {
+  const auto fail = [&](std::string message) {
+    seq.pending.final = true;
+    seq.pending.finish_reason = FinishReason::kError;
+    seq.pending.message = std::move(message);
+    return false;
+  };
+  if (seq.constraint->mustEnd()) {  // complete, and nothing may follow
+    seq.pending.final = true;
+    seq.pending.finish_reason = FinishReason::kStop;
+    return false;
+  }
+  const Clock::time_point started = Clock::now();
+  seq.allowed.assign((vocab + 31) / 32, 0u);
+  seq.constraint->fillAllowed(seq.allowed);
+  // Ids past the vocabulary the constraint knows (a padded logits row) stay
+  // masked; the end-of-sequence tokens are allowed once the output is complete.
+  const size_t words = seq.allowed.size();
+  if (vocab % 32 != 0) seq.allowed[words - 1] &= (1u << (vocab % 32)) - 1;
+  if (seq.constraint->canEnd()) {
+    for (int32_t eos : options_.eos_token_ids) {
+      if (eos >= 0 && static_cast<size_t>(eos) < vocab) seq.allowed[static_cast<size_t>(eos) / 32] |= 1u << (eos % 32);
+    }
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
+  {
+    std::lock_guard lock(stats_mu_);
+    stats_.constraint_mask_seconds.observe(seconds(took));
+  }
+  if (took > options_.max_constraint_step) {
+    return fail("the response format's grammar took " + std::to_string(took.count() / 1000) +
+                " ms to find the allowed tokens of one step, more than the " +
+                std::to_string(options_.max_constraint_step.count() / 1000) + " ms a step allows; simplify the schema");
+  }
+  if (std::all_of(seq.allowed.begin(), seq.allowed.end(), [](uint32_t w) { return w == 0; })) {
+    return fail("the response format allows no next token");
+  }
+  return true;
 }
 
 void Scheduler::acceptToken(Sequence& seq, const engine::SampledToken& sampled, Clock::time_point now) {
@@ -698,6 +746,14 @@ void Scheduler::acceptToken(Sequence& seq, const engine::SampledToken& sampled, 
   seq.has_pending = true;
   const engine::FinishReason stop = seq.stop.push(token);
   const bool hidden = stop == engine::FinishReason::kStop && seq.stop.matchedLength() > 0;  // an end token
+  if (seq.constraint && !hidden && !seq.constraint->accept(token)) {
+    // The mask allowed it, so the constraint contradicts itself: a bug, never
+    // a token outside the format in the output.
+    seq.pending.final = true;
+    seq.pending.finish_reason = FinishReason::kError;
+    seq.pending.message = "the response format refused a token its own mask allowed";
+    return;
+  }
   if (!hidden) {
     seq.pending.token_ids.push_back(token);
     if (seq.request.sampling.logprobs || seq.request.sampling.top_logprobs > 0) seq.pending.logprobs.push_back(eventToken(sampled));
@@ -709,7 +765,7 @@ void Scheduler::acceptToken(Sequence& seq, const engine::SampledToken& sampled, 
       return;
     }
   }
-  if (stop == engine::FinishReason::kStop) {
+  if (stop == engine::FinishReason::kStop || (seq.constraint && seq.constraint->mustEnd())) {
     seq.pending.final = true;
     seq.pending.finish_reason = FinishReason::kStop;
   } else if (stop == engine::FinishReason::kLength || static_cast<int32_t>(seq.ids.size()) >= backend_.maxContext()) {

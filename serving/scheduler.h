@@ -57,6 +57,10 @@ struct SchedulerOptions {
   int32_t output_reservation_tokens = 256;
   int32_t max_stop_strings = 4;
   std::vector<int32_t> eos_token_ids;  // the model's end-of-sequence tokens
+  // The longest a constrained sequence's allowed-token mask may take in one
+  // step: the step waits for it, so a slower one fails that request (and
+  // only it) instead of slowing every stream in the batch.
+  std::chrono::microseconds max_constraint_step{20000};
 };
 
 struct RequestControl;  // scheduler.cc
@@ -142,6 +146,9 @@ class Scheduler final : public SchedulerMetricsSource {
   void processOutput(Sequence& seq, const StepEntry& entry, const engine::ForwardOutput& out, size_t index,
                      Clock::time_point now);
   void acceptToken(Sequence& seq, const engine::SampledToken& sampled, Clock::time_point now);
+  // Fills the sequence's allowed-token mask for this step; false: the
+  // sequence ended instead (complete, or its constraint failed).
+  bool constrain(Sequence& seq, size_t vocab);
   void publishBlocks(Sequence& seq);
   void preempt(Sequence& seq);
   // Picks a running sequence to preempt: lowest priority, then youngest.

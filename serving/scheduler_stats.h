@@ -46,6 +46,8 @@ struct SchedulerStats {
   Histogram inter_token_seconds = Histogram::exponential(1e-3, 2, 14);  // gaps between a stream's tokens
   Histogram first_token_seconds = Histogram::exponential(1e-3, 2, 16);  // TTFT
   Histogram queued_seconds = Histogram::exponential(1e-3, 2, 16);
+  // One constrained sequence's allowed-token mask, per step: 1 us .. 32 ms.
+  Histogram constraint_mask_seconds = Histogram::exponential(1e-6, 2, 16);
 };
 
 class SchedulerMetricsSource {

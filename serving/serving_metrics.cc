@@ -53,6 +53,9 @@ void collectSchedulerStats(ExpositionWriter& w, const SchedulerStats& s) {
   w.histogram("latentgate_scheduler_step_batch_tokens", "Tokens in one engine step.", s.step_batch_tokens);
   w.histogram("latentgate_scheduler_inter_token_seconds", "Gaps between a stream's consecutive tokens.",
               s.inter_token_seconds);
+  w.histogram("latentgate_scheduler_constraint_mask_seconds",
+              "Time to compute one constrained sequence's allowed-token mask (structured output), per step.",
+              s.constraint_mask_seconds);
   w.histogram("latentgate_scheduler_time_to_first_token_seconds",
               "Submit to the first generated token, as the engine sees it (all requests).",
               s.first_token_seconds);

@@ -425,6 +425,94 @@ TEST_F(SchedulerTest, StopStringsAndStopTokensEndTheStream) {
   EXPECT_EQ(by_token.final.usage.completion_tokens, static_cast<int32_t>(by_token.tokens.size()) + 1);
 }
 
+// A constraint that allows exactly one token per position: `tokens` in order,
+// then the end. (The grammar engine's matchers are tested in tests/text/grammar.)
+class SequenceConstraint : public TokenConstraint {
+ public:
+  explicit SequenceConstraint(std::vector<int32_t> tokens, bool must_end = true, int64_t spin_us = 0)
+      : tokens_(std::move(tokens)), must_end_(must_end), spin_us_(spin_us) {}
+  void fillAllowed(std::span<uint32_t> bitmask) override {
+    std::fill(bitmask.begin(), bitmask.end(), 0u);
+    if (spin_us_ > 0) {  // a grammar too slow for the step budget
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
+    if (at_ < tokens_.size()) bitmask[static_cast<size_t>(tokens_[at_]) / 32] |= 1u << (tokens_[at_] % 32);
+  }
+  bool accept(int32_t token) override {
+    if (at_ >= tokens_.size() || token != tokens_[at_]) return false;
+    ++at_;
+    return true;
+  }
+  bool canEnd() const override { return at_ == tokens_.size(); }
+  bool mustEnd() const override { return must_end_ && at_ == tokens_.size(); }
+
+ private:
+  std::vector<int32_t> tokens_;
+  size_t at_ = 0;
+  bool must_end_;
+  int64_t spin_us_;
+};
+
+TEST_F(SchedulerTest, AConstraintDecidesEveryTokenAndEndsTheOutputInABatchWithFreeRequests) {
+  SchedulerOptions options = smallSteps();
+  options.eos_token_ids = {1};
+  make(options);
+  const std::vector<int32_t> prompt = ids(40, 21);
+  const std::vector<int32_t> forced = {101, 7, 2000, 55, 101};
+  const Collected free_alone = submitOrFail(*scheduler_, greedy(prompt, 12)).collect();
+
+  GenerationRequest constrained = greedy(prompt, 12);
+  constrained.sampling.temperature = 1.0f;  // sampled, not greedy: only the mask decides
+  constrained.sampling.logprobs = true;
+  constrained.sampling.constraint = [&] { return std::make_unique<SequenceConstraint>(forced); };
+  Pending c = submitOrFail(*scheduler_, constrained);
+  Pending f = submitOrFail(*scheduler_, greedy(prompt, 12));
+  const Collected got = c.collect();
+  const Collected free_batched = f.collect();
+  EXPECT_EQ(got.tokens, forced);
+  EXPECT_EQ(got.final.finish_reason, FinishReason::kStop);  // complete: ended without an EOS step
+  EXPECT_EQ(got.final.usage.completion_tokens, 5);
+  for (const SampledToken& t : got.logprobs) EXPECT_NEAR(t.logprob, 0.0f, 1e-6) << "the only allowed token";
+  // The free request in the same steps is untouched by its neighbour's mask.
+  EXPECT_EQ(free_batched.tokens, free_alone.tokens);
+
+  // Cut by max_tokens before it is complete: "length", as OpenAI's.
+  GenerationRequest cut = greedy(prompt, 3);
+  cut.sampling.constraint = [&] { return std::make_unique<SequenceConstraint>(forced); };
+  const Collected short_run = submitOrFail(*scheduler_, cut).collect();
+  EXPECT_EQ(short_run.tokens, std::vector<int32_t>(forced.begin(), forced.begin() + 3));
+  EXPECT_EQ(short_run.final.finish_reason, FinishReason::kLength);
+
+  // Complete but open (an end is allowed, not forced): the next token may only be the EOS.
+  GenerationRequest open = greedy(prompt, 12);
+  open.sampling.constraint = [&] { return std::make_unique<SequenceConstraint>(forced, false); };
+  const Collected ended = submitOrFail(*scheduler_, open).collect();
+  EXPECT_EQ(ended.tokens, forced);
+  EXPECT_EQ(ended.final.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(ended.final.usage.completion_tokens, 6);  // the hidden EOS counted
+}
+
+TEST_F(SchedulerTest, AConstraintSlowerThanTheStepBudgetFailsOnlyItsOwnRequest) {
+  SchedulerOptions options = smallSteps();
+  options.max_constraint_step = std::chrono::microseconds(2000);
+  make(options);
+  const std::vector<int32_t> prompt = ids(30, 22);
+  GenerationRequest slow = greedy(prompt, 8);
+  slow.sampling.constraint = [] { return std::make_unique<SequenceConstraint>(std::vector<int32_t>{5, 6, 7}, true, 10000); };
+  Pending s = submitOrFail(*scheduler_, slow);
+  Pending f = submitOrFail(*scheduler_, greedy(prompt, 8));
+  const Collected failed = s.collect();
+  const Collected fine = f.collect();
+  EXPECT_EQ(failed.final.finish_reason, FinishReason::kError);
+  EXPECT_NE(failed.final.message.find("ms a step allows"), std::string::npos) << failed.final.message;
+  EXPECT_TRUE(failed.tokens.empty());
+  EXPECT_EQ(fine.final.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(fine.tokens.size(), 8u);
+  EXPECT_GT(scheduler_->schedulerStats().constraint_mask_seconds.count, 0u);
+}
+
 // OpenAI echo with logprobs: every prompt token's log-probability, equal to
 // the golden's log-softmax, also when the prompt is cached (hits are not
 // used for such requests: their logits are needed).
