@@ -16,6 +16,11 @@
 //                    tokens holding one of "]} when there are some, so that
 //                    walks close; a walk that may end stops with chance 1/4);
 //                    at most --steps (default 120) masks per walk.
+//   --prefer BYTES   after 24 steps, walks draw a token holding one of BYTES
+//                    first when there is one (before the closing "]} ones).
+//   --avoid BYTES    walks draw a token holding one of BYTES only when the mask
+//                    has nothing else (to steer past a known difference, e.g.
+//                    escapes in formats; the masks themselves are unchanged).
 //   --dump-vocab F   writes {"size","eos","special":[ids],"tokens":[hex of
 //                    each id's bytes, "" if not matchable]} (what the
 //                    comparison builds xgrammar's TokenizerInfo from).
@@ -92,7 +97,7 @@ int usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tokenizer_dir, schema_path, name, prefixes_path, dump_path;
+  std::string tokenizer_dir, schema_path, name, prefixes_path, dump_path, avoid, prefer;
   int first_seed = 1;
   int seeds = 0, max_steps = 120;
   for (int i = 1; i < argc; ++i) {
@@ -107,6 +112,8 @@ int main(int argc, char** argv) {
     else if (a == "--steps") max_steps = std::stoi(v);
     else if (a == "--first-seed") first_seed = std::stoi(v);
     else if (a == "--dump-vocab") dump_path = v;
+    else if (a == "--avoid") avoid = v;
+    else if (a == "--prefer") prefer = v;
     else return usage();
   }
   if (tokenizer_dir.empty() || schema_path.empty() || (prefixes_path.empty() && seeds <= 0)) return usage();
@@ -217,6 +224,20 @@ int main(int argc, char** argv) {
         }
       }
       if (ids.empty() || (m.canEnd() && rng() % 4 == 0)) break;
+      if (!avoid.empty()) {
+        closing.clear();
+        for (int32_t id : ids) {
+          if (vocab->bytes(id).find_first_of(avoid) == std::string_view::npos) closing.push_back(id);
+        }
+        if (!closing.empty()) ids.swap(closing);
+      }
+      if (step > 24 && !prefer.empty()) {
+        closing.clear();
+        for (int32_t id : ids) {
+          if (vocab->bytes(id).find_first_of(prefer) != std::string_view::npos) closing.push_back(id);
+        }
+        if (!closing.empty()) ids.swap(closing);
+      }
       if (step > 24) {
         closing.clear();
         for (int32_t id : ids) {

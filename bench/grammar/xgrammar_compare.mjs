@@ -88,6 +88,15 @@ function show(id) {
 function prefixText(prefix) {
   return Buffer.concat(prefix.map((id) => tokenBytes[id])).toString("utf8");
 }
+// A coarse class of a differing token, to sum the differences by cause.
+function tokenClass(id) {
+  const b = tokenBytes[id];
+  if (b.some((x) => x === 0xc0 || x === 0xc1 || (x >= 0xf5 && x <= 0xf7))) return "byte C0/C1/F5-F7 (never in UTF-8)";
+  if (b.some((x) => x < 0x20)) return "raw control character";
+  if (b.includes(0x5c)) return "backslash";
+  if (/^[0-9]+$/.test(b.toString("latin1"))) return "digits";
+  return "other";
+}
 function pct(v, p) {
   if (v.length === 0) return 0;
   const s = [...v].sort((a, b) => a - b);
@@ -114,8 +123,9 @@ for (const file of maskFiles) {
   let matcher = await xg.GrammarMatcher.createGrammarMatcher(compiled, [eos]);
   let accepted = []; // ids the matcher has accepted
   let dead = null;   // a walk xgrammar could not follow: {seed, id}
-  const stats = { schema: name, masks: 0, identical: 0, endAgree: 0, ourCount: 0, xgCount: 0,
-    onlyOurs: 0, onlyXg: 0, ourUs: [], xgUs: [], diffs: [], rejected: [], compileMs, ourCompileMs: 0, ourPrepareMs: 0 };
+  const stats = { schema: name, masks: 0, identical: 0, identicalButLead: 0, endAgree: 0, ourCount: 0, xgCount: 0,
+    onlyOurs: 0, onlyXg: 0, ourUs: [], xgUs: [], diffs: [], rejected: [], compileMs, ourCompileMs: 0, ourPrepareMs: 0,
+    classes: {} };
   const rl = createInterface({ input: createReadStream(file), crlfDelay: Infinity });
   for await (const line of rl) {
     if (!line) continue;
@@ -158,15 +168,25 @@ for (const file of maskFiles) {
     for (let w = 0; w < words; ++w) {
       let a = ours[w] >>> 0, b = xmask[w] >>> 0;
       if (w === eos >> 5) { a &= ~(1 << (eos & 31)); b &= ~(1 << (eos & 31)); a >>>= 0; b >>>= 0; }
+      if (w === words - 1 && size % 32 !== 0) { const keep = (2 ** (size % 32)) - 1; a = (a & keep) >>> 0; b = (b & keep) >>> 0; }
       stats.ourCount += popcount(a);
       stats.xgCount += popcount(b);
       if (a === b) continue;
-      for (let k = 0; k < 32; ++k) {
+      for (let k = 0; k < 32 && w * 32 + k < size; ++k) {
         const x = (a >>> k) & 1, y = (b >>> k) & 1;
         if (x && !y) onlyOurs.push(w * 32 + k);
         if (y && !x) onlyXg.push(w * 32 + k);
       }
     }
+    const count = (k, id) => {
+      const c = (stats.classes[k] ||= { n: 0, ex: new Set() });
+      c.n += 1;
+      if (c.ex.size < 6) c.ex.add(show(id));
+    };
+    for (const id of onlyOurs) count("only ours: " + tokenClass(id), id);
+    for (const id of onlyXg) count("only xgrammar: " + tokenClass(id), id);
+    const lead = (id) => tokenClass(id).startsWith("byte C0");
+    if (!onlyOurs.some((id) => !lead(id)) && !onlyXg.some((id) => !lead(id))) stats.identicalButLead += 1;
     if (onlyOurs.length === 0 && onlyXg.length === 0) stats.identical += 1;
     else {
       stats.onlyOurs += onlyOurs.length;
@@ -187,10 +207,10 @@ function popcount(x) {
   return (((x + (x >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
 }
 
-console.log("\n| schema | masks compared | identical | EOS/canEnd agree | allowed ids (ours / xgrammar, summed) | ids only ours / only xgrammar | walks xgrammar rejected |");
-console.log("|---|---:|---:|---:|---:|---:|---:|");
+console.log("\n| schema | masks compared | identical | identical but for C0/C1/F5-F7 tokens | EOS/canEnd agree | allowed ids (ours / xgrammar, summed) | ids only ours / only xgrammar | walks xgrammar rejected |");
+console.log("|---|---:|---:|---:|---:|---:|---:|---:|");
 for (const s of report) {
-  console.log(`| ${s.schema} | ${s.masks} | ${s.identical} (${(100 * s.identical / Math.max(1, s.masks)).toFixed(1)}%) | ${s.endAgree} | ${s.ourCount} / ${s.xgCount} | ${s.onlyOurs} / ${s.onlyXg} | ${s.rejected.length} |`);
+  console.log(`| ${s.schema} | ${s.masks} | ${s.identical} (${(100 * s.identical / Math.max(1, s.masks)).toFixed(1)}%) | ${s.identicalButLead} (${(100 * s.identicalButLead / Math.max(1, s.masks)).toFixed(1)}%) | ${s.endAgree} | ${s.ourCount} / ${s.xgCount} | ${s.onlyOurs} / ${s.onlyXg} | ${s.rejected.length} |`);
 }
 console.log("\n| schema | ours: compile + prepare | xgrammar: compileJSONSchema | ours: mask p50 / p99 / max (us) | xgrammar (wasm): getNextTokenBitmask p50 / p99 / max (us) |");
 console.log("|---|---:|---:|---:|---:|");
@@ -200,7 +220,17 @@ for (const s of report) {
 for (const s of report) {
   if (s.diffs.length === 0 && s.rejected.length === 0) continue;
   console.log(`\n## ${s.schema}: ${s.diffs.length} masks differ`);
+  console.log("(mask, token) pairs by class:");
+  for (const [k, v] of Object.entries(s.classes)) console.log(`  ${k}: ${v.n} (e.g. ${[...v.ex].join(" ")})`);
+  // One line per distinct difference (same example tokens), with its count.
+  const seen = new Map();
   for (const d of s.diffs) {
+    const sig = d.onlyOursEx.join(" ") + "|" + d.onlyXgEx.join(" ");
+    if (seen.has(sig)) { seen.get(sig).n += 1; continue; }
+    seen.set(sig, { d, n: 1 });
+  }
+  for (const { d, n } of seen.values()) {
+    if (n > 1) console.log(`[${n} masks like this one]`);
     console.log(`seed ${d.seed} step ${d.step} after ${JSON.stringify(d.text)} (canEnd ours ${d.ourEnd}, xgrammar ${d.xgEnd})`);
     if (d.onlyOurs) console.log(`  only ours (${d.onlyOurs}): ${d.onlyOursEx.join(" ")}`);
     if (d.onlyXg) console.log(`  only xgrammar (${d.onlyXg}): ${d.onlyXgEx.join(" ")}`);
@@ -209,6 +239,7 @@ for (const s of report) {
 }
 if (jsonOut) {
   writeFileSync(jsonOut, JSON.stringify(report.map((s) => ({ ...s,
+    classes: Object.fromEntries(Object.entries(s.classes).map(([k, v]) => [k, { n: v.n, ex: [...v.ex] }])),
     ourUs: { p50: pct(s.ourUs, 0.5), p99: pct(s.ourUs, 0.99), max: pct(s.ourUs, 1) },
     xgUs: { p50: pct(s.xgUs, 0.5), p99: pct(s.xgUs, 0.99), max: pct(s.xgUs, 1) } })), null, 1));
 }
