@@ -9,6 +9,7 @@ packages=(
   libboost1.81-dev libssl-dev librocksdb-dev nlohmann-json3-dev libspdlog-dev
   libpcre2-dev libxxhash-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
+  libvalijson-dev json-schema-test-suite  # grammar_test: an independent JSON Schema validator and the official suite
   python3-prometheus-client  # metrics_test reads /metrics with Prometheus' own parser too
   chromium libnss3-tools     # e2e_dashboard: the dashboard in headless Chromium, the local CA trusted through certutil
   ${LG_EXTRA_PACKAGES:-}

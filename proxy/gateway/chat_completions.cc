@@ -1,5 +1,6 @@
 // POST /v1/chat/completions: a conversation rendered with the chat template,
-// one choice, answered by the ChatResponder (docs/openai-api.md).
+// n choices, its output constrained by response_format or the tool rules
+// (structured_output.h), answered by the ChatResponder (docs/openai-api.md).
 #include "common/unix_time.h"
 #include "proxy/gateway/gateway.h"
 #include "proxy/http/http_errors.h"
@@ -21,6 +22,10 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   if (!encoded) return respondWithApiError(*exchange, encoded.error());
   auto sampling = openai::resolveSampling(parsed->sampling, encoded->ids.size(), options_.max_context, parsed->params);
   if (!sampling) return respondWithApiError(*exchange, sampling.error());
+  const openai::OutputParserOptions parser = encoder_.outputOptions(parsed->prompt, *encoded);
+  auto constraint = structured_.forChat(parsed->prompt, parser.syntax, request.body);
+  if (!constraint) return respondWithApiError(*exchange, constraint.error());
+  sampling->constraint = std::move(*constraint);
 
   GenerationPlan plan = newPlan(openai::newId("chatcmpl-"), parsed->model, parsed->stream, parsed->ignored, {});
   plan.system_prompt = systemPromptOf(who, parsed->prompt);
@@ -33,9 +38,10 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   ro.include_usage = parsed->include_usage;
   ro.logprobs = sampling->logprobs;
   ro.tokenizer = &tokenizer_;
-  ro.parser = encoder_.outputOptions(parsed->prompt, *encoded);
+  ro.parser = parser;
   ro.params = parsed->params;
   ro.retry = generation_.retry();
+  ro.choices = static_cast<size_t>(parsed->n);
   plan.responder = [ro = std::move(ro)](openai::UsageCostHook cost) mutable {
     ro.cost = std::move(cost);
     return std::make_shared<openai::ChatResponder>(std::move(ro));
@@ -43,7 +49,9 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   serving::GenerationRequest gen = newRequest(who);
   gen.prompt = std::move(encoded->ids);
   gen.sampling = std::move(*sampling);
-  plan.choices.push_back(std::move(gen));
+  // n choices of one prompt: one group, so the prompt's blocks are computed
+  // once (the others wait for them in the cache) and all start together.
+  addChoices(plan, std::move(gen), parsed->n);
   generation_.run(std::move(exchange), who, std::move(plan));
 }
 

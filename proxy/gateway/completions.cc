@@ -18,6 +18,10 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   if (!parsed) return respondWithApiError(*exchange, parsed.error());
   if (!knownModel(parsed->model)) return respondWithApiError(*exchange, openai::modelNotFound(parsed->model));
 
+  // vLLM's structured outputs: one grammar for every choice.
+  auto constraint = structured_.forFormat(parsed->format, request.body);
+  if (!constraint) return respondWithApiError(*exchange, constraint.error());
+
   GenerationPlan plan = newPlan(openai::newId("cmpl-"), parsed->model, parsed->stream, parsed->ignored, {});
   plan.params = parsed->params;
   openai::CompletionResponderOptions ro;
@@ -27,11 +31,14 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
     if (!encoded) return respondWithApiError(*exchange, encoded.error());
     auto sampling = openai::resolveSampling(parsed->sampling, encoded->ids.size(), options_.max_context, parsed->params);
     if (!sampling) return respondWithApiError(*exchange, sampling.error());
-    if (parsed->echo) ro.echo_texts.push_back(openai::completionEchoText(parsed->prompts[i], tokenizer_));
+    for (int32_t j = 0; parsed->echo && j < parsed->n; ++j) {
+      ro.echo_texts.push_back(openai::completionEchoText(parsed->prompts[i], tokenizer_));
+    }
     serving::GenerationRequest gen = newRequest(who);
     gen.prompt = std::move(encoded->ids);
     gen.sampling = std::move(*sampling);
-    plan.choices.push_back(std::move(gen));
+    gen.sampling.constraint = *constraint;
+    addChoices(plan, std::move(gen), parsed->n);
   }
   ro.meta.id = plan.response_id;
   ro.meta.created = unixSeconds();
@@ -40,7 +47,7 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   ro.include_usage = parsed->include_usage;
   ro.logprobs = parsed->logprobs;
   ro.tokenizer = &tokenizer_;
-  ro.choices = n;
+  ro.choices = plan.choices.size();
   ro.params = parsed->params;
   ro.retry = generation_.retry();
   plan.responder = [ro = std::move(ro)](openai::UsageCostHook cost) mutable {

@@ -19,12 +19,14 @@ std::string_view roleName(openai::Role role) { return role == openai::Role::kSys
 }  // namespace
 
 Gateway::Gateway(GatewayOptions options, const Admission& admission, const Generation& generation,
-                 const text::Tokenizer& tokenizer, const openai::PromptEncoder& encoder, ResponseStore* responses)
+                 const text::Tokenizer& tokenizer, const openai::PromptEncoder& encoder,
+                 const StructuredOutput& structured, ResponseStore* responses)
     : options_(std::move(options)),
       admission_(admission),
       generation_(generation),
       tokenizer_(tokenizer),
       encoder_(encoder),
+      structured_(structured),
       responses_(responses) {}
 
 void Gateway::addRoutes(Router& router) const {
@@ -41,6 +43,8 @@ void Gateway::addRoutes(Router& router) const {
   router.addPrefix("DELETE", "/v1/responses/", route(&Gateway::deleteResponse), Runs::kBlocking);  // a synced delete
   router.add("GET", "/v1/models", route(&Gateway::models));
   router.add("GET", "/models", route(&Gateway::models));
+  router.addPrefix("GET", "/v1/models/", route(&Gateway::model));
+  router.addPrefix("GET", "/models/", route(&Gateway::model));
 }
 
 bool Gateway::knownModel(const std::string& model) const {
@@ -67,6 +71,19 @@ std::string Gateway::systemPromptOf(const billing::Principal& who, const openai:
   // The team's scope, generation included: an id reused after a deletion
   // cannot match the earlier owner's fingerprints either.
   return admission_.metering().systemPromptFingerprint(teamScope(who.team, who.team_generation), parts);
+}
+
+void Gateway::addChoices(GenerationPlan& plan, serving::GenerationRequest request, int32_t n) {
+  for (int32_t j = 0; j < n; ++j) {
+    serving::GenerationRequest choice(request.ns);
+    if (j + 1 < n) {
+      choice = request;
+    } else {
+      choice = std::move(request);
+    }
+    if (choice.sampling.seed) choice.sampling.seed = *choice.sampling.seed + static_cast<uint64_t>(j);
+    plan.choices.push_back(std::move(choice));
+  }
 }
 
 GenerationPlan Gateway::newPlan(std::string response_id, std::string requested_model, bool stream,

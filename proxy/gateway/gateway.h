@@ -7,6 +7,7 @@
 //   GET    /v1/responses/{id}      stored_responses.cc
 //   DELETE /v1/responses/{id}
 //   GET    /v1/models, /models     models.cc
+//   GET    /v1/models/{id}, /models/{id}
 //
 // Every route is registered through Admission::forKey (an API key is
 // checked before the handler runs). Each endpoint parses its body with the
@@ -28,6 +29,7 @@
 #include "proxy/gateway/admission.h"
 #include "proxy/gateway/generation.h"
 #include "proxy/gateway/response_store.h"
+#include "proxy/gateway/structured_output.h"
 #include "proxy/http/blocking_pool.h"
 #include "proxy/http/router.h"
 #include "proxy/openai/prompt_encoder.h"
@@ -52,7 +54,8 @@ class Gateway {
   // previous_response_id is refused) must also outlive the scheduler's
   // engine thread, which records finished responses.
   Gateway(GatewayOptions options, const Admission& admission, const Generation& generation,
-          const text::Tokenizer& tokenizer, const openai::PromptEncoder& encoder, ResponseStore* responses);
+          const text::Tokenizer& tokenizer, const openai::PromptEncoder& encoder,
+          const StructuredOutput& structured, ResponseStore* responses);
 
   void addRoutes(Router& router) const;
   // Where reads of stored responses run (null: inline, as in unit tests);
@@ -75,8 +78,17 @@ class Gateway {
   void deleteResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
                       const billing::Principal& who) const;
   void models(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
+  void model(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
 
   // The stored response a previous_response_id names, or the client's error (stored_responses.cc).
+  static bool hasItemReferences(const nlohmann::json& body);
+  // truncation "auto": drops the oldest input items (never the instructions
+  // or the last item) until the prompt and the requested output fit.
+  void truncateToFit(openai::ParsedResponsesRequest& request) const;
+  // Replaces each item_reference of `input` with the stored output item it
+  // names (the key's own stored responses; ids say where: openai/ids.h).
+  std::optional<ApiError> resolveItemReferences(const HttpRequest& request, const billing::Principal& who,
+                                                nlohmann::json& input) const;
   openai::ApiResult<StoredConversation> previousResponse(const HttpRequest& request, const billing::Principal& who,
                                                      const std::string& id) const;
 
@@ -87,6 +99,9 @@ class Gateway {
   // The ledger's fingerprint of the prompt's leading system and developer
   // messages, keyed to the caller's team (billing/prompt_fingerprint.h).
   std::string systemPromptOf(const billing::Principal& who, const openai::ChatPrompt& prompt) const;
+  // Adds `n` choices of `request` to the plan; with a seed, choice j samples
+  // with seed + j, so that they differ and each is reproducible.
+  static void addChoices(GenerationPlan& plan, serving::GenerationRequest request, int32_t n);
   // A plan with the fields every endpoint sets the same way.
   GenerationPlan newPlan(std::string response_id, std::string requested_model, bool stream,
                          const std::vector<std::string>& ignored, const std::vector<std::string>& hosted_tools) const;
@@ -96,6 +111,7 @@ class Gateway {
   const Generation& generation_;
   const text::Tokenizer& tokenizer_;
   const openai::PromptEncoder& encoder_;
+  const StructuredOutput& structured_;
   ResponseStore* const responses_;
   BlockingPool* blocking_ = nullptr;
 };

@@ -17,6 +17,21 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
                         const billing::Principal& who) const {
   auto body = openai::parseJsonBody(request.body, options_.limits);
   if (!body) return respondWithApiError(*exchange, body.error());
+  if (responses_ != nullptr && hasItemReferences(*body)) {
+    // item_reference items name stored output items (the AI SDK's multi-turn
+    // on .responses() sends them): read them, on the blocking pool when
+    // there is one, then go on as if the client had sent the items.
+    auto job = [this, exchange, who, body = std::move(*body)]() mutable {
+      const HttpRequest& r = exchange->request();
+      if (auto e = resolveItemReferences(r, who, body["input"])) return respondWithApiError(*exchange, *e);
+      auto parsed = openai::parseResponsesRequest(body, options_.limits);
+      if (!parsed) return respondWithApiError(*exchange, parsed.error());
+      if (!knownModel(parsed->model)) return respondWithApiError(*exchange, openai::modelNotFound(parsed->model));
+      continueResponse(r, exchange, who, std::move(body), std::move(*parsed));
+    };
+    if (blocking_ == nullptr) return job();
+    return blocking_->submit(BlockingPool::tenant(who.team), exchange, std::move(job));
+  }
   auto parsed = openai::parseResponsesRequest(*body, options_.limits);
   if (!parsed) return respondWithApiError(*exchange, parsed.error());
   if (!knownModel(parsed->model)) return respondWithApiError(*exchange, openai::modelNotFound(parsed->model));
@@ -29,6 +44,55 @@ void Gateway::responses(const HttpRequest& request, std::shared_ptr<Exchange> ex
     return blocking_->submit(BlockingPool::tenant(who.team), exchange, std::move(job));
   }
   continueResponse(request, std::move(exchange), who, std::move(*body), std::move(*parsed));
+}
+
+namespace {
+
+// Whether the prompt and the output the request asks for fit the context.
+bool fits(const openai::ApiResult<openai::EncodedPrompt>& encoded, const openai::SamplingSpec& sampling,
+          int32_t max_context) {
+  if (!encoded) return false;
+  const int64_t output = sampling.requested_max_tokens.value_or(1);
+  return max_context <= 0 || static_cast<int64_t>(encoded->ids.size()) + output <= max_context;
+}
+
+}  // namespace
+
+void Gateway::truncateToFit(openai::ParsedResponsesRequest& request) const {
+  using openai::Role;
+  std::vector<openai::ChatMessage>& messages = request.prompt.messages;
+  if (fits(encoder_.encodeChat(request.prompt, "input"), request.sampling, options_.max_context)) return;
+  // The instructions (leading system and developer messages) stay, and so
+  // does the last item; between them the oldest go first. A tool output
+  // whose call was dropped goes with it. Fewer items never make a longer
+  // prompt, so the fewest to drop is found by bisection (a few renders).
+  size_t first = 0;
+  while (first < messages.size() && (messages[first].role == Role::kSystem || messages[first].role == Role::kDeveloper)) {
+    ++first;
+  }
+  if (messages.size() < first + 2) return;  // nothing droppable: the 400 says how long it is
+  const auto without = [&](size_t k) {
+    size_t end = first + k;
+    while (end + 1 < messages.size() && messages[end].role == Role::kTool) ++end;
+    openai::ChatPrompt p = request.prompt;
+    p.messages.erase(p.messages.begin() + static_cast<std::ptrdiff_t>(first),
+                     p.messages.begin() + static_cast<std::ptrdiff_t>(end));
+    return p;
+  };
+  size_t lo = 1, hi = messages.size() - first - 1;  // drop at least one, keep the last
+  if (!fits(encoder_.encodeChat(without(hi), "input"), request.sampling, options_.max_context)) {
+    request.prompt = without(hi);  // still too long: the 400 names the numbers
+    return;
+  }
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (fits(encoder_.encodeChat(without(mid), "input"), request.sampling, options_.max_context)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  request.prompt = without(lo);
 }
 
 void Gateway::continueResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
@@ -66,10 +130,15 @@ void Gateway::continueResponse(const HttpRequest& request, std::shared_ptr<Excha
   if (!parsed->hosted_tools.empty()) {
     proxyLog()->info("request {}: hosted tools left out of the prompt: {}", request.id, parsed->hosted_tools.size());
   }
+  if (parsed->truncate_auto) truncateToFit(*parsed);
   auto encoded = encoder_.encodeChat(parsed->prompt, "input");
   if (!encoded) return respondWithApiError(*exchange, encoded.error());
   auto sampling = openai::resolveSampling(parsed->sampling, encoded->ids.size(), options_.max_context, parsed->params);
   if (!sampling) return respondWithApiError(*exchange, sampling.error());
+  const openai::OutputParserOptions parser = encoder_.outputOptions(parsed->prompt, *encoded);
+  auto constraint = structured_.forChat(parsed->prompt, parser.syntax, request.body);
+  if (!constraint) return respondWithApiError(*exchange, constraint.error());
+  sampling->constraint = std::move(*constraint);
 
   GenerationPlan plan =
       newPlan(openai::newId("resp_"), parsed->model, parsed->stream, parsed->ignored, parsed->hosted_tools);
@@ -81,7 +150,7 @@ void Gateway::continueResponse(const HttpRequest& request, std::shared_ptr<Excha
   ro.meta.model = parsed->model;
   ro.stream = parsed->stream;
   ro.echo = parsed->echo;
-  ro.parser = encoder_.outputOptions(parsed->prompt, *encoded);
+  ro.parser = parser;
   ro.params = parsed->params;
   ro.retry = generation_.retry();
   plan.responder = [ro = std::move(ro)](openai::UsageCostHook cost) mutable {

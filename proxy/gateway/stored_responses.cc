@@ -6,6 +6,7 @@
 #include "proxy/gateway/gateway.h"
 #include "proxy/http/http_errors.h"
 #include "proxy/http/proxy_log.h"
+#include "proxy/openai/ids.h"
 
 namespace lg::proxy {
 namespace {
@@ -19,6 +20,48 @@ ApiError responseNotFound(std::string_view id) {
 std::string idOf(const HttpRequest& request) { return request.path.substr(std::string_view("/v1/responses/").size()); }
 
 }  // namespace
+
+bool Gateway::hasItemReferences(const nlohmann::json& body) {
+  const auto input = body.find("input");
+  if (input == body.end() || !input->is_array()) return false;
+  for (const nlohmann::json& item : *input) {
+    if (item.is_object() && item.value("type", "") == "item_reference") return true;
+  }
+  return false;
+}
+
+std::optional<ApiError> Gateway::resolveItemReferences(const HttpRequest& request, const billing::Principal& who,
+                                                       nlohmann::json& input) const {
+  for (size_t i = 0; i < input.size(); ++i) {
+    nlohmann::json& item = input[i];
+    if (!item.is_object() || item.value("type", "") != "item_reference") continue;
+    const std::string param = "input[" + std::to_string(i) + "].id";
+    const auto id = item.find("id");
+    if (id == item.end() || !id->is_string()) {
+      return openai::invalidRequest(param, "invalid_value", param + " must be the id of a stored output item");
+    }
+    const std::string item_id = id->get<std::string>();
+    auto notFound = [&] {
+      return openai::invalidRequest(param, "item_not_found", "Item with id '" + item_id + "' not found.");
+    };
+    const std::optional<openai::OutputItemRef> where = openai::parseOutputItemId(item_id);
+    if (!where) return notFound();
+    // Another key's response reads as missing: the same answer as an unknown id.
+    auto found = responses_->get(who.key_id, where->response_id);
+    if (!found.isOk()) {
+      proxyLog()->error("request {}: reading a stored response failed: {}", request.id, found.status().toString());
+      return openai::internalError();
+    }
+    if (!*found) return notFound();
+    const nlohmann::json& output = (*found)->response["output"];
+    if (!output.is_array() || where->output_index >= output.size() ||
+        output[where->output_index].value("id", "") != item_id) {
+      return notFound();
+    }
+    item = output[where->output_index];
+  }
+  return std::nullopt;
+}
 
 openai::ApiResult<StoredConversation> Gateway::previousResponse(const HttpRequest& request, const billing::Principal& who,
                                                             const std::string& id) const {

@@ -15,6 +15,28 @@ bool equalsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+std::string percentDecode(std::string_view s, bool plus_is_space) {
+  const auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string r;
+  r.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (plus_is_space && s[i] == '+') {
+      r += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && digit(s[i + 1]) >= 0 && digit(s[i + 2]) >= 0) {
+      r += static_cast<char>(digit(s[i + 1]) * 16 + digit(s[i + 2]));
+      i += 2;
+    } else {
+      r += s[i];
+    }
+  }
+  return r;
+}
+
 void HttpHeaders::set(std::string_view name, std::string value) {
   remove(name);
   fields_.emplace_back(std::string(name), std::move(value));

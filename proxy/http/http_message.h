@@ -44,6 +44,11 @@ class HttpHeaders {
 // ASCII case-insensitive equality, for header names and tokens.
 bool equalsIgnoreCase(std::string_view a, std::string_view b);
 
+// Percent-decoding (RFC 3986 2.1) of a path segment or, with
+// `plus_is_space`, of a form-encoded query value. A '%' not followed by two
+// hex digits is kept as it is.
+std::string percentDecode(std::string_view text, bool plus_is_space = false);
+
 // One complete request: header and body were read and checked against the
 // server's limits before a handler sees it.
 struct HttpRequest {

@@ -219,10 +219,20 @@ ApiResult<ParsedChatRequest> parseChatCompletionRequest(const json& body, const 
   if (auto error = detail::checkToolChoice(out.prompt.tool_choice, out.prompt.tools, "tool_choice")) return *error;
   r.boolean("parallel_tool_calls", out.prompt.parallel_tool_calls);
 
-  if (const json* format = r.find("response_format")) {
-    ApiResult<ResponseFormat> f = detail::readResponseFormat(*format, "response_format");
+  if (const json* format = r.find("response_format"); format != nullptr && !format->is_null()) {
+    ApiResult<ResponseFormat> f = detail::readResponseFormat(*format, "response_format", false);
     if (!f) return f.error();
-    out.prompt.response_format = *f;
+    out.prompt.response_format = std::move(*f);
+  }
+  // vLLM's spellings (structured_outputs, guided_*), one constraint at most.
+  ApiResult<std::optional<ResponseFormat>> vllm = detail::readStructuredOutputs(r);
+  if (!vllm) return vllm.error();
+  if (*vllm) {
+    if (out.prompt.response_format.kind != ResponseFormat::Kind::kText) {
+      return invalidRequest((*vllm)->param, "invalid_value",
+                            (*vllm)->param + " and response_format both constrain the output; send one");
+    }
+    out.prompt.response_format = std::move(**vllm);
   }
 
   // Output.
@@ -235,10 +245,7 @@ ApiResult<ParsedChatRequest> parseChatCompletionRequest(const json& body, const 
     if (!out.stream) out.include_usage = false;  // OpenAI: only meaningful when streaming
   }
   int64_t n = 1;
-  if (r.integer("n", n, 1, 128) && n != 1) {
-    return invalidRequest("n", "unsupported_value",
-                          "n must be 1: this server returns one choice per request (send n requests instead)");
-  }
+  if (r.integer("n", n, 1, 128)) out.n = static_cast<int32_t>(n);
   if (const json* modalities = r.find("modalities")) {
     if (!modalities->is_array()) return wrongType("modalities", "an array", *modalities);
     for (size_t k = 0; k < modalities->size(); ++k) {

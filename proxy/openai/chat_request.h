@@ -4,13 +4,14 @@
 // tool_calls, tool), content as a string or text parts, stream,
 // stream_options.include_usage, max_tokens / max_completion_tokens,
 // temperature, top_p, top_k (extension), seed, stop, logprobs, top_logprobs,
-// n = 1, tools (function), tool_choice, parallel_tool_calls,
-// response_format text / json_object. Accepted without effect: user,
-// metadata, store, prompt_cache_key, service_tier, safety_identifier, and
-// non-zero penalties (listed in `ignored`). Refused with a 400 naming the
-// parameter: wrong types, out-of-range values, image/audio/file parts, n > 1,
-// json_schema, non-empty logit_bias, audio output, DeepSeek's prefix
-// completion. Any other field is ignored, as OpenAI-compatible servers do.
+// n, logit_bias, penalties (and vLLM's repetition_penalty, min_p), tools
+// (function), tool_choice, parallel_tool_calls, response_format (text,
+// json_object, json_schema) or vLLM's structured_outputs / guided_*.
+// Accepted without effect: user, metadata, store, prompt_cache_key,
+// service_tier, safety_identifier. Refused with a 400 naming the parameter:
+// wrong types, out-of-range values, image/audio/file parts, audio output,
+// DeepSeek's prefix completion. Any other field is ignored, as
+// OpenAI-compatible servers do.
 // docs/openai-api.md has the full table.
 #pragma once
 
@@ -31,6 +32,7 @@ struct ParsedChatRequest {
   ParamNames params{"messages", "max_tokens", "top_logprobs"};  // max_completion_tokens when the client used it
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage and no choices
+  int32_t n = 1;               // choices (1..128), generated together from one prompt
   // Fields accepted but without effect here (e.g. "frequency_penalty" when
   // not 0), for the server's log and a response header.
   std::vector<std::string> ignored;

@@ -100,11 +100,9 @@ ApiResult<ParsedCompletionRequest> parseCompletionRequest(const json& body, cons
     }
   }
   int64_t n = 1;
-  if (r.integer("n", n, 1, 128) && n != 1) {
-    return invalidRequest("n", "unsupported_value",
-                          "n must be 1: this server returns one choice per prompt (send several prompts instead)");
-  }
-  if (r.integer("best_of", n, 1, 128) && n != 1) {
+  if (r.integer("n", n, 1, 128)) out.n = static_cast<int32_t>(n);
+  int64_t best_of = 1;
+  if (r.integer("best_of", best_of, 1, 128) && best_of != 1) {
     return invalidRequest("best_of", "unsupported_value", "best_of must be 1");
   }
 
@@ -126,6 +124,9 @@ ApiResult<ParsedCompletionRequest> parseCompletionRequest(const json& body, cons
   std::string user;
   r.string("user", user);
   if (r.failed()) return r.takeError();
+  ApiResult<std::optional<ResponseFormat>> format = detail::readStructuredOutputs(r);
+  if (!format) return format.error();
+  if (*format) out.format = std::move(**format);
 
   serving::SamplingOptions& s = out.sampling.options;
   s.logprobs = out.logprobs.has_value();

@@ -6,8 +6,9 @@
 // scheduler request. Accepted: echo, logprobs (0..5 alternatives, the sampled
 // token always included), max_tokens (0 with echo + logprobs scores the
 // prompt), stop, seed, temperature, top_p, top_k (extension), stream,
-// stream_options.include_usage, n = 1, best_of = 1, user. Refused: suffix,
-// n or best_of > 1, wrong types and ranges. Other fields are ignored.
+// stream_options.include_usage, n, best_of = 1, user, logit_bias,
+// penalties, vLLM's structured outputs. Refused: suffix, best_of > 1, wrong
+// types and ranges. Other fields are ignored.
 #pragma once
 
 #include <optional>
@@ -31,7 +32,8 @@ struct CompletionPrompt {
 
 struct ParsedCompletionRequest {
   std::string model;
-  std::vector<CompletionPrompt> prompts;  // one choice each
+  std::vector<CompletionPrompt> prompts;  // n choices each: choice i * n + j is prompt i's j-th
+  int32_t n = 1;                          // choices per prompt (1..128)
   SamplingSpec sampling;                  // the same for every prompt
   ParamNames params{"prompt", "max_tokens", "logprobs"};
   bool echo = false;
@@ -39,6 +41,9 @@ struct ParsedCompletionRequest {
   std::optional<int32_t> logprobs;
   bool stream = false;
   bool include_usage = false;
+  // vLLM's structured outputs (structured_outputs, guided_json / _regex /
+  // _choice): every choice's text must match it.
+  ResponseFormat format;
   std::vector<std::string> ignored;
 };
 

@@ -163,8 +163,7 @@ ApiResult<FunctionTool> readFunction(const json& object, const std::string& pref
     if (!params->is_object()) return wrongType(r.path("parameters"), "an object (a JSON Schema)", *params);
     tool.parameters = *params;
   }
-  bool strict = false;
-  r.boolean("strict", strict);  // accepted; the schema is described to the model, not enforced
+  r.boolean("strict", tool.strict);
   if (r.failed()) return r.takeError();
   return tool;
 }
@@ -183,7 +182,7 @@ std::optional<ApiError> checkToolChoice(const ToolChoice& choice, const std::vec
   return std::nullopt;
 }
 
-ApiResult<ResponseFormat> readResponseFormat(const json& format, const std::string& param) {
+ApiResult<ResponseFormat> readResponseFormat(const json& format, const std::string& param, bool flat) {
   if (!format.is_object()) return wrongType(param, "an object", format);
   const std::string type_param = fieldPath(param, "type");
   const auto it = format.find("type");
@@ -191,15 +190,136 @@ ApiResult<ResponseFormat> readResponseFormat(const json& format, const std::stri
     return invalidRequest(type_param, "missing_required_parameter", type_param + " must be a string");
   }
   const std::string& type = it->get_ref<const std::string&>();
-  if (type == "text") return ResponseFormat::kText;
-  if (type == "json_object") return ResponseFormat::kJsonObject;
-  if (type == "json_schema") {
-    return invalidRequest(type_param, "unsupported_value",
-                          "json_schema output is not supported by this server (it cannot enforce a schema); "
-                          "use 'json_object' and describe the schema in the prompt");
+  ResponseFormat out;
+  if (type == "text") return out;
+  if (type == "json_object") {
+    out.kind = ResponseFormat::Kind::kJsonObject;
+    out.param = param;
+    return out;
   }
-  return invalidRequest(type_param, "invalid_value",
-                        type_param + " must be 'text' or 'json_object', got '" + type + "'");
+  if (type != "json_schema") {
+    return invalidRequest(type_param, "invalid_value",
+                          type_param + " must be 'text', 'json_object' or 'json_schema', got '" + type + "'");
+  }
+  // Chat nests the schema's fields under "json_schema"; Responses has them beside "type".
+  const std::string prefix = flat ? param : fieldPath(param, "json_schema");
+  const json* holder = &format;
+  if (!flat) {
+    const auto js = format.find("json_schema");
+    if (js == format.end()) {
+      return invalidRequest(prefix, "missing_required_parameter", prefix + " is required with type 'json_schema'");
+    }
+    if (!js->is_object()) return wrongType(prefix, "an object", *js);
+    holder = &*js;
+  }
+  FieldReader f(*holder, prefix);
+  if (!f.string("name", out.name) && !f.failed()) f.missing("name");
+  if (f.failed()) return f.takeError();
+  if (auto error = checkFunctionName(out.name, f.path("name"))) return *error;
+  std::string description;
+  f.string("description", description);
+  f.boolean("strict", out.strict);
+  if (f.failed()) return f.takeError();
+  out.param = f.path("schema");
+  const json* schema = f.find("schema");
+  if (schema == nullptr) {
+    // OpenAI accepts a json_schema without one: any JSON value.
+    out.schema = json::object();
+  } else if (!schema->is_object() && !schema->is_boolean()) {
+    return wrongType(out.param, "an object (a JSON Schema)", *schema);
+  } else {
+    out.schema = *schema;
+  }
+  out.kind = ResponseFormat::Kind::kJsonSchema;
+  return out;
+}
+
+namespace {
+
+// One vLLM structured-output constraint, `value` under `param`.
+ApiResult<ResponseFormat> readStructuredValue(std::string_view kind, const json& value, const std::string& param) {
+  ResponseFormat out;
+  out.param = param;
+  if (kind == "json") {
+    out.kind = ResponseFormat::Kind::kJsonSchema;
+    out.name = "structured_output";
+    if (value.is_string()) {  // vLLM also takes the schema as JSON text
+      out.schema = json::parse(value.get_ref<const std::string&>(), nullptr, false);
+      if (out.schema.is_discarded()) {
+        return invalidRequest(param, "invalid_value", param + " is neither a JSON Schema object nor its JSON text");
+      }
+    } else {
+      out.schema = value;
+    }
+    if (!out.schema.is_object() && !out.schema.is_boolean()) return wrongType(param, "an object (a JSON Schema)", value);
+    return out;
+  }
+  if (kind == "regex") {
+    if (!value.is_string()) return wrongType(param, "a string", value);
+    out.kind = ResponseFormat::Kind::kRegex;
+    out.regex = value.get<std::string>();
+    return out;
+  }
+  // choice
+  if (!value.is_array() || value.empty()) return wrongType(param, "a non-empty array of strings", value);
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (!value[i].is_string()) return wrongType(indexPath(param, i), "a string", value[i]);
+    out.choices.push_back(value[i].get<std::string>());
+  }
+  out.kind = ResponseFormat::Kind::kChoice;
+  return out;
+}
+
+}  // namespace
+
+ApiResult<std::optional<ResponseFormat>> readStructuredOutputs(FieldReader& r) {
+  std::optional<ResponseFormat> found;
+  auto take = [&](ApiResult<ResponseFormat> f) -> std::optional<ApiError> {
+    if (!f) return f.error();
+    if (found) {
+      return invalidRequest(f->param, "invalid_value",
+                            f->param + " and " + found->param + " both constrain the output; send one");
+    }
+    found = std::move(*f);
+    return std::nullopt;
+  };
+  if (const json* so = r.find("structured_outputs"); so != nullptr && !so->is_null()) {
+    if (!so->is_object()) return wrongType("structured_outputs", "an object", *so);
+    for (const auto& [key, value] : so->items()) {
+      const std::string param = "structured_outputs." + key;
+      if (value.is_null()) continue;
+      if (key == "json" || key == "regex" || key == "choice") {
+        if (auto e = take(readStructuredValue(key, value, param))) return *e;
+      } else if (key == "grammar" || key == "structural_tag" || key == "json_object") {
+        if (key == "json_object" && value.is_boolean() && value.get<bool>()) {
+          ResponseFormat any;
+          any.kind = ResponseFormat::Kind::kJsonObject;
+          any.param = param;
+          if (auto e = take(any)) return *e;
+          continue;
+        }
+        if (key == "json_object") continue;
+        return invalidRequest(param, "unsupported_parameter",
+                              param + " is not supported by this server; use json, regex or choice");
+      } else if (key == "whitespace_pattern" || key == "disable_any_whitespace" || key == "disable_fallback" ||
+                 key == "disable_additional_properties") {
+        continue;  // the grammar engine's whitespace rule is fixed (docs/grammar.md)
+      } else {
+        return invalidRequest(param, "unknown_parameter", param + " is not a structured-output option");
+      }
+    }
+  }
+  for (std::string_view kind : {"json", "regex", "choice"}) {
+    const std::string key = "guided_" + std::string(kind);
+    if (const json* v = r.find(key); v != nullptr && !v->is_null()) {
+      if (auto e = take(readStructuredValue(kind, *v, key))) return *e;
+    }
+  }
+  if (const json* g = r.find("guided_grammar"); g != nullptr && !g->is_null()) {
+    return invalidRequest("guided_grammar", "unsupported_parameter",
+                          "guided_grammar is not supported by this server; use guided_json, guided_regex or guided_choice");
+  }
+  return found;
 }
 
 }  // namespace lg::proxy::openai::detail

@@ -4,6 +4,7 @@
 // checks behind them (names, schemas) live here once.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,8 +49,16 @@ ApiResult<FunctionTool> readFunction(const json& object, const std::string& pref
 std::optional<ApiError> checkToolChoice(const ToolChoice& choice, const std::vector<FunctionTool>& tools,
                                         const std::string& param);
 
-// response_format / text.format: {"type": "text" | "json_object"};
-// "json_schema" is refused (the server cannot enforce a schema).
-ApiResult<ResponseFormat> readResponseFormat(const json& format, const std::string& param);
+// response_format (chat: {"type": "text" | "json_object" | "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}) or text.format
+// (Responses: the json_schema fields beside "type"); `flat` says which.
+ApiResult<ResponseFormat> readResponseFormat(const json& format, const std::string& param, bool flat);
+
+// vLLM's structured outputs, on chat and completions: structured_outputs
+// {"json" | "regex" | "choice"} and the older guided_json, guided_regex,
+// guided_choice; "grammar" / guided_grammar (EBNF) and the others are
+// refused. nullopt with no error: none was sent. Two formats at once (these
+// and response_format) are refused.
+ApiResult<std::optional<ResponseFormat>> readStructuredOutputs(FieldReader& r);
 
 }  // namespace lg::proxy::openai::detail

@@ -42,6 +42,8 @@ std::string toolRules(const ToolChoice& choice, bool parallel_calls) {
 
 constexpr std::string_view kJsonObjectInstruction =
     "Reply with a single valid JSON object and nothing else: no code fences and no text before or after it.";
+constexpr std::string_view kJsonSchemaInstruction =
+    "Reply with a single valid JSON value and nothing else, matching this JSON Schema: ";
 
 ApiError renderError(const Status& status, std::string_view param) {
   switch (status.code()) {
@@ -166,7 +168,18 @@ std::string PromptEncoder::systemAddendum(const ChatPrompt& prompt) const {
       add(toolsSystemText(prompt.tools, prompt.tool_choice, prompt.parallel_tool_calls, traits_.tool_call_syntax));
     }
   }
-  if (prompt.response_format == ResponseFormat::kJsonObject) add(kJsonObjectInstruction);
+  // The format is enforced by decoding; the instruction tells the model what
+  // it is writing, so that its words fit the grammar's choices.
+  switch (prompt.response_format.kind) {
+    case ResponseFormat::Kind::kJsonObject:
+      add(kJsonObjectInstruction);
+      break;
+    case ResponseFormat::Kind::kJsonSchema:
+      add(std::string(kJsonSchemaInstruction) + prompt.response_format.schema.dump());
+      break;
+    default:
+      break;
+  }
   return out;
 }
 

@@ -41,6 +41,9 @@ struct FunctionTool {
   std::string name;         // ^[A-Za-z0-9_-]{1,64}$, as OpenAI requires
   std::string description;  // may be empty
   nlohmann::json parameters;  // a JSON Schema object, or null when absent
+  // Whether the arguments must match `parameters` exactly (OpenAI's strict
+  // mode). Chat's default is false, the Responses API's true.
+  bool strict = false;
 };
 
 struct ToolChoice {
@@ -49,9 +52,23 @@ struct ToolChoice {
   std::string function;  // kFunction: the function the reply must call
 };
 
-enum class ResponseFormat : uint8_t {
-  kText,
-  kJsonObject,  // asked for by an instruction in the system prompt (not enforced by decoding)
+// What the reply must be, enforced by constrained decoding (the gateway
+// compiles it with text/grammar/; the scheduler masks every step).
+struct ResponseFormat {
+  enum class Kind : uint8_t {
+    kText,        // free text
+    kJsonObject,  // any JSON object (response_format json_object)
+    kJsonSchema,  // JSON matching `schema` (json_schema; vLLM's structured_outputs.json, guided_json)
+    kRegex,       // text matching `regex` (vLLM's structured_outputs.regex, guided_regex)
+    kChoice,      // exactly one of `choices` (vLLM's structured_outputs.choice, guided_choice)
+  };
+  Kind kind = Kind::kText;
+  nlohmann::json schema;             // kJsonSchema
+  std::string name;                  // kJsonSchema: the schema's name, as sent
+  bool strict = false;               // kJsonSchema: as sent (the schema is enforced either way)
+  std::string regex;                 // kRegex
+  std::vector<std::string> choices;  // kChoice
+  std::string param;                 // where the request said it, for errors: "response_format.json_schema.schema"
 };
 
 struct ChatPrompt {
@@ -59,7 +76,7 @@ struct ChatPrompt {
   std::vector<FunctionTool> tools;
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;  // false: at most one call per reply
-  ResponseFormat response_format = ResponseFormat::kText;
+  ResponseFormat response_format;
 };
 
 // Limits and defaults the server configures once.

@@ -141,8 +141,10 @@ ApiResult<std::vector<ChatMessage>> parseInput(const json& input, const ParseLim
     } else if (isHostedItem(type)) {
       addOnce(ignored, "input item " + type);
     } else if (type == "item_reference") {
+      // The gateway resolves references from its stored responses before
+      // parsing; one that reaches here had nothing to be resolved from.
       return invalidRequest(r.path("type"), "unsupported_value",
-                            "item_reference needs stored items, which this server does not keep; send the items");
+                            "item_reference needs stored responses, which this server does not keep; send the items");
     } else {
       return invalidRequest(r.path("type"), "invalid_value", path + " has an unknown item type '" + type + "'");
     }
@@ -193,11 +195,19 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   if (!r.string("model", out.model) && !r.failed()) r.missing("model");
   if (r.failed()) return r.takeError();
 
-  for (std::string_view key : {"background", "conversation", "prompt"}) {
+  // What needs state this server does not keep: background runs, OpenAI's
+  // conversation objects and stored prompt templates. Stored responses
+  // (store, previous_response_id) are kept.
+  const std::pair<std::string_view, std::string_view> stateful[] = {
+      {"background", "a response runs while its request is open; there are no background runs"},
+      {"conversation", "there are no conversation objects; chain responses with previous_response_id"},
+      {"prompt", "there are no stored prompt templates; send instructions and input"},
+  };
+  for (const auto& [key, why] : stateful) {
     const json* v = r.find(key);
-    if (v == nullptr || (v->is_boolean() && !v->get<bool>())) continue;
+    if (v == nullptr || v->is_null() || (v->is_boolean() && !v->get<bool>())) continue;
     return invalidRequest(std::string(key), "unsupported_parameter",
-                          std::string(key) + " is not supported by this server (it keeps no stored state)");
+                          std::string(key) + " is not supported by this server: " + std::string(why));
   }
 
   // instructions + input -> messages.
@@ -232,6 +242,7 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
                             "tools may hold at most " + std::to_string(limits.max_tools) + " tools, got " +
                                 std::to_string(tools->size()));
     }
+    echo["tools"] = *tools;
     for (size_t k = 0; k < tools->size(); ++k) {
       const std::string path = indexPath("tools", k);
       const json& tool = (*tools)[k];
@@ -243,12 +254,18 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
       if (type == "function") {
         ApiResult<FunctionTool> f = detail::readFunction(tool, path);
         if (!f) return f.error();
+        // The Responses API's function tools are strict unless they say not.
+        if (!tool.contains("strict")) f->strict = true;
+        // The echo has every field OpenAI's FunctionTool schema requires.
+        json& echoed = echo["tools"][k];
+        echoed["strict"] = f->strict;
+        if (!echoed.contains("parameters")) echoed["parameters"] = nullptr;
+        if (!echoed.contains("description")) echoed["description"] = nullptr;
         out.prompt.tools.push_back(std::move(*f));
       } else {
         addOnce(out.hosted_tools, type);
       }
     }
-    echo["tools"] = *tools;
   }
   echo["tool_choice"] = "auto";
   if (const json* choice = r.find("tool_choice")) {
@@ -266,9 +283,9 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   if (const json* text = r.find("text")) {
     if (!text->is_object()) return wrongType("text", "an object", *text);
     if (auto it = text->find("format"); it != text->end() && !it->is_null()) {
-      ApiResult<ResponseFormat> f = detail::readResponseFormat(*it, "text.format");
+      ApiResult<ResponseFormat> f = detail::readResponseFormat(*it, "text.format", true);
       if (!f) return f.error();
-      out.prompt.response_format = *f;
+      out.prompt.response_format = std::move(*f);
     }
     echo["text"] = *text;
     if (!echo["text"].contains("format")) echo["text"]["format"] = json{{"type", "text"}};
@@ -305,6 +322,7 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
       return invalidRequest("truncation", "invalid_value", "truncation must be 'auto' or 'disabled', got '" + s + "'");
     }
     echo["truncation"] = s;
+    out.truncate_auto = s == "auto";
   }
   echo["reasoning"] = json{{"effort", nullptr}, {"summary", nullptr}};
   if (const json* reasoning = r.find("reasoning")) {
@@ -315,6 +333,12 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
     if (!include->is_array()) return wrongType("include", "an array", *include);
     for (size_t k = 0; k < include->size(); ++k) {
       if (!(*include)[k].is_string()) return wrongType(indexPath("include", k), "a string", (*include)[k]);
+      // Not filled yet: refused rather than answered without them.
+      if ((*include)[k] == "message.output_text.logprobs") {
+        return invalidRequest(indexPath("include", k), "unsupported_value",
+                              "message.output_text.logprobs is not supported by this server yet; use Chat "
+                              "Completions with logprobs");
+      }
     }
   }
   echo["metadata"] = json::object();

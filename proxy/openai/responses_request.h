@@ -33,6 +33,10 @@ struct ParsedResponsesRequest {
   ParamNames params{"input", "max_output_tokens", "top_logprobs"};
   bool stream = false;
   bool store = true;  // OpenAI's default; the integrator decides what storing means
+  // truncation "auto": the oldest input items are dropped until the prompt
+  // fits the context (the gateway does it, as OpenAI does); "disabled": too
+  // long is a 400.
+  bool truncate_auto = false;
   std::optional<std::string> previous_response_id;
   std::string prompt_cache_key;
   // Tool types left out of the prompt, each once, in request order.

@@ -64,7 +64,7 @@ void ResponsesResponder::openItem(ItemKind kind, const OutputPiece* call) {
   item_text_.clear();
   switch (kind) {
     case ItemKind::kReasoning:
-      item_id_ = newId("rs_");
+      item_id_ = outputItemId("rs_", o_.meta.id, index);
       emit("response.output_item.added",
            json{{"output_index", index},
                 {"item", json{{"id", item_id_}, {"type", "reasoning"}, {"summary", json::array()},
@@ -74,7 +74,7 @@ void ResponsesResponder::openItem(ItemKind kind, const OutputPiece* call) {
                 {"part", json{{"type", "reasoning_text"}, {"text", ""}}}});
       break;
     case ItemKind::kMessage:
-      item_id_ = newId("msg_");
+      item_id_ = outputItemId("msg_", o_.meta.id, index);
       emit("response.output_item.added",
            json{{"output_index", index},
                 {"item", json{{"id", item_id_}, {"type", "message"}, {"status", "in_progress"}, {"role", "assistant"},
@@ -85,7 +85,7 @@ void ResponsesResponder::openItem(ItemKind kind, const OutputPiece* call) {
                               {"logprobs", json::array()}}}});
       break;
     case ItemKind::kFunctionCall:
-      item_id_ = newId("fc_");
+      item_id_ = outputItemId("fc_", o_.meta.id, index);
       call_id_ = call->id;
       call_name_ = call->name;
       emit("response.output_item.added",

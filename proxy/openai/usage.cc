@@ -8,7 +8,9 @@ json usageJson(const UsageCounts& u, UsageStyle style, const UsageCostHook& cost
   json out;
   if (style == UsageStyle::kResponses) {
     out = json{{"input_tokens", u.prompt_tokens},
-               {"input_tokens_details", json{{"cached_tokens", u.hit_tokens}}},
+               // cache_write_tokens: the prompt tokens this request computed, whose
+               // latents the cache keeps for the next request (whole blocks of them).
+               {"input_tokens_details", json{{"cached_tokens", u.hit_tokens}, {"cache_write_tokens", u.miss_tokens}}},
                {"output_tokens", u.completion_tokens},
                {"output_tokens_details", json{{"reasoning_tokens", u.reasoning_tokens}}},
                {"total_tokens", u.totalTokens()}};

@@ -7,7 +7,7 @@
 //    "completion_tokens_details": {"reasoning_tokens"},
 //    "prompt_cache_hit_tokens", "prompt_cache_miss_tokens"}   (DeepSeek's; hit + miss = prompt)
 // Responses (UsageStyle::kResponses):
-//   {"input_tokens", "input_tokens_details": {"cached_tokens"},
+//   {"input_tokens", "input_tokens_details": {"cached_tokens", "cache_write_tokens"},
 //    "output_tokens", "output_tokens_details": {"reasoning_tokens"}, "total_tokens"}
 // Both get "cost" when the cost hook returns an object (billing:
 // {"currency", "input_cache_hit", "input_cache_miss", "output", "total"} as

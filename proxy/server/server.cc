@@ -60,6 +60,7 @@ struct Server::Parts {
   TlsMaterial tls;
   HttpServerOptions server_options;
   std::unique_ptr<openai::PromptEncoder> encoder;
+  std::unique_ptr<StructuredOutput> structured;
   std::unique_ptr<Admission> admission;
   Router router;
   std::unique_ptr<RequestMetrics> request_metrics;
@@ -159,8 +160,9 @@ Status Server::Parts::build() {
   gateway_options.limits.max_stop_strings = config.serving.max_stop_strings;
   gateway_options.limits.default_max_tokens = config.server.default_max_tokens;
   if (engine.cache != nullptr) gateway_options.shared_namespaces = cache::applySharedGrants(grants, *engine.cache);
+  structured = std::make_unique<StructuredOutput>(*engine.tokenizer);
   gateway = std::make_unique<Gateway>(gateway_options, *admission, *generation, *engine.tokenizer, *encoder,
-                                      responses.get());
+                                      *structured, responses.get());
   // The routes that wait on the disk run here, in lanes (blocking_pool.h):
   // the admin's own, and the tenants', each team with a bounded share.
   BlockingPoolOptions pool_options;

@@ -245,7 +245,7 @@ TEST_F(GatewayTest, WrongTypesAndValuesNameTheParam) {
       {"/v1/chat/completions", {{"model", kModel}, {"messages", msgs}, {"temperature", "hot"}}, "temperature", "invalid_type"},
       {"/v1/chat/completions", {{"model", kModel}, {"messages", msgs}, {"temperature", 5}}, "temperature", "invalid_value"},
       {"/v1/chat/completions", {{"model", kModel}, {"messages", msgs}, {"stream", "yes"}}, "stream", "invalid_type"},
-      {"/v1/chat/completions", {{"model", kModel}, {"messages", msgs}, {"n", 3}}, "n", "unsupported_value"},
+      {"/v1/chat/completions", {{"model", kModel}, {"messages", msgs}, {"n", 200}}, "n", "integer_above_max_value"},
       {"/v1/completions", {{"model", kModel}, {"prompt", {{"a", 1}}}}, "prompt", "invalid_type"},
       {"/v1/completions", {{"model", kModel}, {"prompt", "hi"}, {"max_tokens", -1}}, "max_tokens", "integer_below_min_value"},
       {"/v1/responses", {{"model", kModel}, {"input", 5}}, "input", "invalid_type"},

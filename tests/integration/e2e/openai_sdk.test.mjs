@@ -37,6 +37,9 @@ test('models lists the served model and its aliases', async () => {
   const ids = models.data.map((m) => m.id);
   assert.ok(ids.includes(server.model));
   assert.ok(ids.includes('deepseek-chat'));
+  // models.retrieve: each listed id, percent-encoded by the SDK; an unknown one is 404.
+  for (const id of ids) assert.equal((await clientA.models.retrieve(id)).id, id);
+  await assert.rejects(clientA.models.retrieve('gpt-4o'), (e) => e.status === 404 && e.code === 'model_not_found');
 });
 
 test('chat, not streamed, with usage', async () => {

@@ -45,7 +45,7 @@ shift
 if [[ $# -gt 0 ]]; then
   node --test --test-concurrency=1 "${@/#/$here/}" || status=1
 else
-  node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" "$here/billing.test.mjs" "$here/budgets.test.mjs" "$here/codex.test.mjs" "$here/metrics.test.mjs" || status=1
+  node --test --test-concurrency=1 "$here/openai_sdk.test.mjs" "$here/billing.test.mjs" "$here/budgets.test.mjs" "$here/codex.test.mjs" "$here/metrics.test.mjs" "$here/structured.test.mjs" || status=1
   "$here/curl_sse.sh" || status=1
 fi
 [[ $status == 0 ]] || { echo "--- server log"; tail -50 "$log"; }

@@ -254,7 +254,7 @@ TEST_F(PromptEncoderTest, SystemAddendumPlacement) {
   // addendum replaces it rather than throwing.
   ChatPrompt by_hand;
   by_hand.messages.push_back({Role::kSystem, std::nullopt, {}, {}});
-  by_hand.response_format = ResponseFormat::kJsonObject;
+  by_hand.response_format.kind = ResponseFormat::Kind::kJsonObject;
   EXPECT_EQ(encoder.templateMessages(by_hand)[0]["content"], encoder.systemAddendum(by_hand));
 }
 

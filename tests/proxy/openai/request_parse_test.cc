@@ -66,7 +66,7 @@ TEST(ChatRequest, MinimalBodyGetsDefaults) {
   EXPECT_TRUE(r.prompt.tools.empty());
   EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kAuto);
   EXPECT_TRUE(r.prompt.parallel_tool_calls);
-  EXPECT_EQ(r.prompt.response_format, ResponseFormat::kText);
+  EXPECT_EQ(r.prompt.response_format.kind, ResponseFormat::Kind::kText);
   EXPECT_TRUE(r.ignored.empty());
   EXPECT_EQ(r.params.prompt, "messages");
   EXPECT_EQ(r.params.max_tokens, "max_tokens");
@@ -123,6 +123,11 @@ TEST(ChatRequest, StopAsAString) {
   EXPECT_EQ(chatOk(chatBody({{"stop", "###"}})).sampling.options.stop, std::vector<std::string>{"###"});
   EXPECT_TRUE(chatOk(chatBody({{"stop", ""}})).sampling.options.stop.empty());
   EXPECT_TRUE(chatOk(chatBody({{"stop", nullptr}})).sampling.options.stop.empty());
+}
+
+TEST(ChatRequest, NChoices) {
+  EXPECT_EQ(chatOk(chatBody({})).n, 1);
+  EXPECT_EQ(chatOk(chatBody({{"n", 3}})).n, 3);
 }
 
 TEST(ChatRequest, TopPZeroKeepsOnlyTheMostLikelyToken) {
@@ -216,9 +221,29 @@ TEST(ChatRequest, ToolsAndToolChoice) {
 }
 
 TEST(ChatRequest, ResponseFormats) {
-  EXPECT_EQ(chatOk(chatBody({{"response_format", {{"type", "text"}}}})).prompt.response_format, ResponseFormat::kText);
-  EXPECT_EQ(chatOk(chatBody({{"response_format", {{"type", "json_object"}}}})).prompt.response_format,
-            ResponseFormat::kJsonObject);
+  using Kind = ResponseFormat::Kind;
+  EXPECT_EQ(chatOk(chatBody({{"response_format", {{"type", "text"}}}})).prompt.response_format.kind, Kind::kText);
+  EXPECT_EQ(chatOk(chatBody({{"response_format", {{"type", "json_object"}}}})).prompt.response_format.kind,
+            Kind::kJsonObject);
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}};
+  const ResponseFormat f = chatOk(chatBody({{"response_format", {{"type", "json_schema"},
+      {"json_schema", {{"name", "answer"}, {"schema", schema}, {"strict", true}}}}}})).prompt.response_format;
+  EXPECT_EQ(f.kind, Kind::kJsonSchema);
+  EXPECT_EQ(f.name, "answer");
+  EXPECT_TRUE(f.strict);
+  EXPECT_EQ(f.schema, schema);
+  EXPECT_EQ(f.param, "response_format.json_schema.schema");
+  // vLLM's spellings.
+  const ResponseFormat so = chatOk(chatBody({{"structured_outputs", {{"choice", {"yes", "no"}}}}})).prompt.response_format;
+  EXPECT_EQ(so.kind, Kind::kChoice);
+  EXPECT_EQ(so.choices, (std::vector<std::string>{"yes", "no"}));
+  EXPECT_EQ(so.param, "structured_outputs.choice");
+  const ResponseFormat re = chatOk(chatBody({{"guided_regex", "[a-z]+"}})).prompt.response_format;
+  EXPECT_EQ(re.kind, Kind::kRegex);
+  EXPECT_EQ(re.regex, "[a-z]+");
+  const ResponseFormat gj = chatOk(chatBody({{"guided_json", schema.dump()}})).prompt.response_format;
+  EXPECT_EQ(gj.kind, Kind::kJsonSchema);
+  EXPECT_EQ(gj.schema, schema);
 }
 
 TEST(ChatRequest, Refusals) {
@@ -285,7 +310,7 @@ TEST(ChatRequest, Refusals) {
       {"temperature negative", chatBody({{"temperature", -0.1}}), "temperature", "invalid_value"},
       {"temperature a string", chatBody({{"temperature", "hot"}}), "temperature", "invalid_type"},
       {"top_p above 1", chatBody({{"top_p", 1.5}}), "top_p", "invalid_value"},
-      {"n = 2", chatBody({{"n", 2}}), "n", "unsupported_value"},
+      {"n = 129", chatBody({{"n", 129}}), "n", "integer_above_max_value"},
       {"n = 0", chatBody({{"n", 0}}), "n", "integer_below_min_value"},
       {"top_logprobs without logprobs", chatBody({{"top_logprobs", 2}}), "top_logprobs", "invalid_value"},
       {"top_logprobs 21", chatBody({{"logprobs", true}, {"top_logprobs", 21}}), "top_logprobs",
@@ -330,8 +355,20 @@ TEST(ChatRequest, Refusals) {
       {"tool_choice a number", chatBody({{"tool_choice", 1}}), "tool_choice", "invalid_type"},
       {"parallel_tool_calls a string", chatBody({{"parallel_tool_calls", "no"}}), "parallel_tool_calls",
        "invalid_type"},
-      {"json_schema", chatBody({{"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}),
-       "response_format.type", "unsupported_value"},
+      {"json_schema without a name", chatBody({{"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}),
+       "response_format.json_schema.name", "missing_required_parameter"},
+      {"json_schema without json_schema", chatBody({{"response_format", {{"type", "json_schema"}}}}),
+       "response_format.json_schema", "missing_required_parameter"},
+      {"json_schema schema a string", chatBody({{"response_format", {{"type", "json_schema"},
+          {"json_schema", {{"name", "x"}, {"schema", "{}"}}}}}}), "response_format.json_schema.schema", "invalid_type"},
+      {"two constraints", chatBody({{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a"}}),
+       "guided_regex", "invalid_value"},
+      {"guided_grammar", chatBody({{"guided_grammar", "root ::= \"a\""}}), "guided_grammar", "unsupported_parameter"},
+      {"structured_outputs.grammar", chatBody({{"structured_outputs", {{"grammar", "x"}}}}), "structured_outputs.grammar",
+       "unsupported_parameter"},
+      {"structured_outputs unknown", chatBody({{"structured_outputs", {{"jsonn", "x"}}}}), "structured_outputs.jsonn",
+       "unknown_parameter"},
+      {"guided_choice empty", chatBody({{"guided_choice", json::array()}}), "guided_choice", "invalid_type"},
       {"response_format without type", chatBody({{"response_format", json::object()}}), "response_format.type",
        "missing_required_parameter"},
       {"logit_bias not an object", chatBody({{"logit_bias", json::array()}}), "logit_bias", "invalid_type"},
@@ -449,7 +486,7 @@ TEST(CompletionRequest, Refusals) {
        "invalid_value"},
       {"list of objects", completionBody({{"prompt", json::array({json::object()})}}), "prompt[0]", "invalid_type"},
       {"suffix", completionBody({{"suffix", "end"}}), "suffix", "unsupported_parameter"},
-      {"n = 2", completionBody({{"n", 2}}), "n", "unsupported_value"},
+      {"best_of = 2", completionBody({{"best_of", 2}}), "best_of", "unsupported_value"},
       {"best_of = 3", completionBody({{"best_of", 3}}), "best_of", "unsupported_value"},
       {"logprobs 6", completionBody({{"logprobs", 6}}), "logprobs", "integer_above_max_value"},
       {"logprobs true", completionBody({{"logprobs", true}}), "logprobs", "invalid_type"},
@@ -602,7 +639,13 @@ TEST(ResponsesRequest, EchoRepeatsTheRequestSettings) {
   body["truncation"] = "auto";
   const ParsedResponsesRequest r = responsesOk(body);
   EXPECT_EQ(r.echo["instructions"], body["instructions"]);
-  EXPECT_EQ(r.echo["tools"], body["tools"]) << "hosted tools are echoed as sent";
+  // Hosted tools are echoed as sent; function tools gain the fields OpenAI's
+  // schema requires (strict: the Responses API's default is true).
+  json tools = body["tools"];
+  for (json& t : tools) {
+    if (t["type"] == "function" && !t.contains("strict")) t["strict"] = true;
+  }
+  EXPECT_EQ(r.echo["tools"], tools);
   EXPECT_EQ(r.echo["temperature"], 0.3);
   EXPECT_EQ(r.echo["max_output_tokens"], 500);
   EXPECT_EQ(r.echo["previous_response_id"], "resp_prev");
@@ -623,7 +666,12 @@ TEST(ResponsesRequest, ToolChoiceFormatsAndCustomCalls) {
       {{"tools", tools}, {"tool_choice", {{"type", "function"}, {"name", "f"}}}, {"text", {{"format", {{"type", "json_object"}}}}}}));
   EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kFunction);
   EXPECT_EQ(r.prompt.tool_choice.function, "f");
-  EXPECT_EQ(r.prompt.response_format, ResponseFormat::kJsonObject);
+  EXPECT_EQ(r.prompt.response_format.kind, ResponseFormat::Kind::kJsonObject);
+  r = responsesOk(responsesBody({{"text", {{"format", {{"type", "json_schema"}, {"name", "x"}, {"strict", true},
+                                                         {"schema", {{"type", "string"}}}}}}}}));
+  EXPECT_EQ(r.prompt.response_format.kind, ResponseFormat::Kind::kJsonSchema);
+  EXPECT_EQ(r.prompt.response_format.schema, (json{{"type", "string"}}));
+  EXPECT_EQ(r.prompt.response_format.param, "text.format.schema");
   r = responsesOk(responsesBody({{"tools", tools}, {"tool_choice", {{"type", "web_search_preview"}}}}));
   EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kAuto);
   EXPECT_EQ(r.ignored, std::vector<std::string>{"tool_choice"});
@@ -674,8 +722,10 @@ TEST(ResponsesRequest, Refusals) {
        "tools[0].name", "invalid_value"},
       {"function tool without name", responsesBody({{"tools", json::array({{{"type", "function"}}})}}),
        "tools[0].name", "missing_required_parameter"},
-      {"json_schema", responsesBody({{"text", {{"format", {{"type", "json_schema"}, {"name", "x"}, {"schema", json::object()}}}}}}),
-       "text.format.type", "unsupported_value"},
+      {"json_schema without name", responsesBody({{"text", {{"format", {{"type", "json_schema"}, {"schema", json::object()}}}}}}),
+       "text.format.name", "missing_required_parameter"},
+      {"format of another type", responsesBody({{"text", {{"format", {{"type", "yaml"}}}}}}), "text.format.type",
+       "invalid_value"},
       {"truncation", responsesBody({{"truncation", "middle"}}), "truncation", "invalid_value"},
       {"max_output_tokens 0", responsesBody({{"max_output_tokens", 0}}), "max_output_tokens",
        "integer_below_min_value"},

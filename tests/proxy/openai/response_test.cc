@@ -119,7 +119,7 @@ TEST(Usage, ChatAndResponsesShapesAddUp) {
             chat["prompt_tokens"].get<int>());
   const json responses = usageJson(u, UsageStyle::kResponses);
   EXPECT_EQ(responses, (json{{"input_tokens", 100},
-                             {"input_tokens_details", {{"cached_tokens", 80}}},
+                             {"input_tokens_details", {{"cached_tokens", 80}, {"cache_write_tokens", 20}}},
                              {"output_tokens", 7},
                              {"output_tokens_details", {{"reasoning_tokens", 3}}},
                              {"total_tokens", 107}}));
@@ -286,6 +286,55 @@ TEST(ChatResponse, StreamFramingRoleContentFinishUsageDone) {
   EXPECT_EQ(events[4].data["usage"]["prompt_tokens"], 20);
   EXPECT_EQ(events[4].data["usage"]["prompt_cache_hit_tokens"], 16);
   EXPECT_TRUE(events[5].done);
+}
+
+// n = 2: each choice its own message and index; the response ends when both
+// have finished; usage sums them.
+TEST(ChatResponse, SeveralChoices) {
+  ChatResponderOptions o = chatOptions(false);
+  o.choices = 2;
+  ChatResponder r(o);
+  EXPECT_EQ(r.onEvent(1, delta("Wor")).body, "");
+  EXPECT_EQ(r.onEvent(0, delta("Hel")).body, "");
+  ResponderOutput first = r.onEvent(1, finalEvent(FinishReason::kStop, usage(10, 0, 2, 2), "ld", 1));
+  EXPECT_FALSE(first.done);
+  EXPECT_EQ(first.body, "");
+  ResponderOutput out = r.onEvent(0, finalEvent(FinishReason::kLength, usage(10, 8, 2, 2), "lo", 1));
+  ASSERT_TRUE(out.done);
+  const json body = json::parse(out.body);
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][0]["index"], 0);
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][1]["index"], 1);
+  EXPECT_EQ(body["choices"][1]["message"]["content"], "World");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 20);
+  EXPECT_EQ(body["usage"]["prompt_cache_hit_tokens"], 12);  // 0 + 2 and 8 + 2, from tier 0 and disk
+  EXPECT_EQ(body["usage"]["completion_tokens"], 4);
+
+  // Streamed: a role chunk per choice, chunks with their index, [DONE] after both.
+  ChatResponderOptions so = chatOptions(true);
+  so.choices = 2;
+  ChatResponder sr(so);
+  std::string bytes = sr.start();
+  bytes += sr.onEvent(1, delta("B")).body;
+  ResponderOutput one = sr.onEvent(1, finalEvent(FinishReason::kStop, usage(5, 0, 0, 1)));
+  EXPECT_FALSE(one.done);
+  bytes += one.body;
+  bytes += sr.onEvent(0, delta("A")).body;
+  ResponderOutput two = sr.onEvent(0, finalEvent(FinishReason::kStop, usage(5, 0, 0, 1)));
+  EXPECT_TRUE(two.done);
+  bytes += two.body;
+  const std::vector<Sse> events = parseSse(bytes);
+  ASSERT_EQ(events.size(), 7u);
+  EXPECT_EQ(events[0].data["choices"][0]["index"], 0);
+  EXPECT_EQ(events[1].data["choices"][0]["index"], 1);
+  EXPECT_EQ(events[2].data["choices"][0]["delta"]["content"], "B");
+  EXPECT_EQ(events[3].data["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(events[3].data["choices"][0]["index"], 1);
+  EXPECT_EQ(events[4].data["choices"][0]["index"], 0);
+  EXPECT_TRUE(events[6].done);
 }
 
 TEST(ChatResponse, StreamWithoutUsageHasNoUsageField) {
@@ -661,7 +710,7 @@ TEST(ResponsesResponse, StreamEventSequence) {
     }
   }
   EXPECT_EQ(done["usage"], (json{{"input_tokens", 100},
-                                 {"input_tokens_details", {{"cached_tokens", 64}}},
+                                 {"input_tokens_details", {{"cached_tokens", 64}, {"cache_write_tokens", 36}}},
                                  {"output_tokens", 30},
                                  {"output_tokens_details", {{"reasoning_tokens", 2}}},
                                  {"total_tokens", 130}}));
