@@ -267,7 +267,10 @@ OutputParserOptions PromptEncoder::outputOptions(const ChatPrompt& prompt, const
   o.reasoning = true;
   o.starts_in_reasoning = encoded.reasoning_open;
   o.tool_calls = toolsOffered(prompt);
-  o.max_tool_calls = prompt.parallel_tool_calls ? -1 : 1;
+  // The smaller of parallel_tool_calls' limit (one) and max_tool_calls; -1: none.
+  int32_t limit = prompt.parallel_tool_calls ? -1 : 1;
+  if (prompt.max_tool_calls >= 0 && (limit < 0 || prompt.max_tool_calls < limit)) limit = prompt.max_tool_calls;
+  o.max_tool_calls = limit;
   o.syntax = traits_.tool_call_syntax;
   return o;
 }

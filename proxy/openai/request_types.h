@@ -76,6 +76,7 @@ struct ChatPrompt {
   std::vector<FunctionTool> tools;
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;  // false: at most one call per reply
+  int32_t max_tool_calls = -1;      // Responses' max_tool_calls: calls past it are dropped; -1: no limit
   ResponseFormat response_format;
 };
 

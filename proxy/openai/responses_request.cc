@@ -297,7 +297,9 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   int64_t top = 0;
   if (r.integer("top_logprobs", top, 0, 20) && top > 0) addOnce(out.ignored, "top_logprobs");
   int64_t max_tool_calls = 0;
-  r.integer("max_tool_calls", max_tool_calls, 0, INT32_MAX);
+  if (r.integer("max_tool_calls", max_tool_calls, 0, INT32_MAX)) {
+    out.prompt.max_tool_calls = static_cast<int32_t>(max_tool_calls);
+  }
   if (r.failed()) return r.takeError();
   echo["temperature"] = r.find("temperature") ? *r.find("temperature") : json(1.0);
   echo["top_p"] = r.find("top_p") ? *r.find("top_p") : json(1.0);

@@ -277,6 +277,14 @@ TEST_F(PromptEncoderTest, ToolChoiceNoneLeavesToolsOut) {
   const OutputParserOptions o = encoder.outputOptions(named.prompt, *encoded);
   EXPECT_TRUE(o.tool_calls);
   EXPECT_EQ(o.max_tool_calls, -1);
+  // Responses' max_tool_calls bounds the reported calls, with parallel_tool_calls' one.
+  ChatPrompt bounded = named.prompt;
+  bounded.max_tool_calls = 2;
+  EXPECT_EQ(encoder.outputOptions(bounded, *encoded).max_tool_calls, 2);
+  bounded.parallel_tool_calls = false;
+  EXPECT_EQ(encoder.outputOptions(bounded, *encoded).max_tool_calls, 1);
+  bounded.max_tool_calls = 0;
+  EXPECT_EQ(encoder.outputOptions(bounded, *encoded).max_tool_calls, 0);
 }
 
 TEST_F(PromptEncoderTest, V31SyntaxInTheToolsSection) {
