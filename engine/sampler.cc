@@ -96,7 +96,9 @@ int32_t Sampler::draw(std::span<const float> logits) {
     probs_.resize(static_cast<size_t>(vocab));
     double total = 0.0;
     for (int32_t i = 0; i < vocab; ++i) {
-      total += std::exp((static_cast<double>(logits[static_cast<size_t>(i)]) - mx) * inv_t);
+      // A masked token (a constraint, min_p) weighs nothing: skip its exp.
+      const float x = logits[static_cast<size_t>(i)];
+      if (x != -std::numeric_limits<float>::infinity()) total += std::exp((static_cast<double>(x) - mx) * inv_t);
       probs_[static_cast<size_t>(i)] = total;
     }
     const double u = uniform01(rng_) * total;
@@ -127,7 +129,10 @@ int32_t Sampler::draw(std::span<const float> logits) {
     sortPrefix(k);
     for (int32_t i = 0; i < k; ++i) k_mass += weight(i);
   } else {
-    for (int32_t i = 0; i < vocab; ++i) k_mass += std::exp((static_cast<double>(logits[static_cast<size_t>(i)]) - mx) * inv_t);
+    for (int32_t i = 0; i < vocab; ++i) {
+      const float x = logits[static_cast<size_t>(i)];
+      if (x != -std::numeric_limits<float>::infinity()) k_mass += std::exp((static_cast<double>(x) - mx) * inv_t);
+    }
   }
   const double target = static_cast<double>(params_.top_p) * k_mass;
   int32_t keep = 0;

@@ -48,8 +48,12 @@ void LogitsProcessor::apply(std::span<const float> row, std::span<float> out, co
   if (allowed != nullptr) {
     for (int32_t w = 0; w * 32 < vocab; ++w) {
       const uint32_t bits = allowed[w];
-      if (bits == ~0u) continue;  // all 32 allowed: the common case outside a constraint's narrow spots
+      if (bits == ~0u) continue;  // all 32 allowed: free text's common case
       const int32_t end = std::min(vocab, (w + 1) * 32);
+      if (bits == 0) {  // none allowed: a constraint's common case (a vectorized fill)
+        std::fill(out.begin() + w * 32, out.begin() + end, kNegInf);
+        continue;
+      }
       for (int32_t t = w * 32; t < end; ++t) {
         if ((bits >> (t & 31) & 1u) == 0) out[static_cast<size_t>(t)] = kNegInf;
       }

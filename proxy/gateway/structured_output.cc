@@ -94,14 +94,19 @@ StructuredOutput::StructuredOutput(const text::Tokenizer& tokenizer, grammar::Li
 
 StructuredOutput::~StructuredOutput() = default;
 
+serving::TokenConstraintFactory StructuredOutput::constraintFor(std::shared_ptr<const grammar::Grammar> g,
+                                                                std::shared_ptr<const grammar::Vocabulary> vocab) {
+  return [g = std::move(g), vocab = std::move(vocab)]() -> std::unique_ptr<serving::TokenConstraint> {
+    return std::make_unique<MatcherConstraint>(g, vocab);
+  };
+}
+
 serving::TokenConstraintFactory StructuredOutput::factoryFor(std::shared_ptr<const grammar::Grammar> g) const {
   // Every token table now, here (an I/O thread, once per grammar: the cache
   // keeps the grammar and its tables), so that no mask the engine thread asks
   // for ever builds one (docs/grammar.md, "prepare").
   g->prepare(vocab_);
-  return [g = std::move(g), vocab = vocab_]() -> std::unique_ptr<serving::TokenConstraint> {
-    return std::make_unique<MatcherConstraint>(g, vocab);
-  };
+  return constraintFor(std::move(g), vocab_);
 }
 
 ApiResult<std::shared_ptr<const grammar::Grammar>> StructuredOutput::compileFormat(const ResponseFormat& format,

@@ -51,6 +51,10 @@ class StructuredOutput {
   openai::ApiResult<serving::TokenConstraintFactory> forChat(const openai::ChatPrompt& prompt,
                                                              openai::ToolCallSyntax syntax,
                                                              std::string_view raw_body) const;
+  // Each sequence's matcher over a compiled (and prepared) grammar: what
+  // forChat and forFormat hand the scheduler (the decode benchmark too).
+  static serving::TokenConstraintFactory constraintFor(std::shared_ptr<const text::grammar::Grammar> grammar,
+                                                       std::shared_ptr<const text::grammar::Vocabulary> vocab);
   // The constraint of a response format alone (completions).
   openai::ApiResult<serving::TokenConstraintFactory> forFormat(const openai::ResponseFormat& format,
                                                                std::string_view raw_body) const;
