@@ -7,6 +7,7 @@
 
 #include "billing/prices.h"
 #include "common/unix_time.h"
+#include "proxy/http/http_message.h"
 #include "proxy/openai/api_error.h"
 
 namespace lg::proxy {
@@ -171,33 +172,14 @@ std::optional<ApiError> parseUsageRange(const std::map<std::string, std::string>
 
 std::map<std::string, std::string> parseQuery(std::string_view query) {
   std::map<std::string, std::string> out;
-  const auto decode = [](std::string_view s) {
-    const auto digit = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      return -1;
-    };
-    std::string r;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '+') {
-        r += ' ';
-      } else if (s[i] == '%' && i + 2 < s.size() && digit(s[i + 1]) >= 0 && digit(s[i + 2]) >= 0) {
-        r += static_cast<char>(digit(s[i + 1]) * 16 + digit(s[i + 2]));
-        i += 2;
-      } else {
-        r += s[i];
-      }
-    }
-    return r;
-  };
   while (!query.empty()) {
     const size_t amp = query.find('&');
     std::string_view part = query.substr(0, amp);
     query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
     if (part.empty()) continue;
     const size_t eq = part.find('=');
-    out.try_emplace(decode(part.substr(0, eq)), eq == std::string_view::npos ? "" : decode(part.substr(eq + 1)));
+    out.try_emplace(percentDecode(part.substr(0, eq), true),
+                    eq == std::string_view::npos ? "" : percentDecode(part.substr(eq + 1), true));
   }
   return out;
 }
