@@ -1,6 +1,7 @@
 #include "serving/scheduler.h"
 
 #include <algorithm>
+#include <ctime>
 #include <random>
 #include <unordered_set>
 
@@ -12,6 +13,14 @@
 namespace lg::serving {
 
 namespace {
+
+// This thread's CPU time (what a step's own work costs, preemption aside).
+int64_t threadCpuNs() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -696,6 +705,7 @@ bool Scheduler::constrain(Sequence& seq, size_t vocab) {
     return false;
   }
   const Clock::time_point started = Clock::now();
+  const int64_t cpu_started_ns = threadCpuNs();
   seq.allowed.assign((vocab + 31) / 32, 0u);
   seq.constraint->fillAllowed(seq.allowed);
   // Ids past the vocabulary the constraint knows (a padded logits row) stay
@@ -712,10 +722,19 @@ bool Scheduler::constrain(Sequence& seq, size_t vocab) {
     std::lock_guard lock(stats_mu_);
     stats_.constraint_mask_seconds.observe(seconds(took));
   }
+  // The budget is the engine thread's CPU time, not the wall clock's: on a
+  // loaded machine the thread may be preempted mid-mask, which says nothing
+  // of the grammar. (A thread's CPU time never exceeds the wall time, so it
+  // is only read when the wall time is over.)
   if (took > options_.max_constraint_step) {
-    return fail("the response format's grammar took " + std::to_string(took.count() / 1000) +
-                " ms to find the allowed tokens of one step, more than the " +
-                std::to_string(options_.max_constraint_step.count() / 1000) + " ms a step allows; simplify the schema");
+    const auto cpu = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::nanoseconds(threadCpuNs() - cpu_started_ns));
+    if (cpu > options_.max_constraint_step) {
+      return fail("the response format's grammar took " + std::to_string(cpu.count() / 1000) +
+                  " ms of CPU time to find the allowed tokens of one step, more than the " +
+                  std::to_string(options_.max_constraint_step.count() / 1000) +
+                  " ms a step allows; simplify the schema");
+    }
   }
   if (std::all_of(seq.allowed.begin(), seq.allowed.end(), [](uint32_t w) { return w == 0; })) {
     return fail("the response format allows no next token");

@@ -58,8 +58,9 @@ struct SchedulerOptions {
   int32_t max_stop_strings = 4;
   std::vector<int32_t> eos_token_ids;  // the model's end-of-sequence tokens
   // The longest a constrained sequence's allowed-token mask may take in one
-  // step: the step waits for it, so a slower one fails that request (and
-  // only it) instead of slowing every stream in the batch.
+  // step, in the engine thread's CPU time: the step waits for it, so a slower
+  // one fails that request (and only it) instead of slowing every stream in
+  // the batch.
   std::chrono::microseconds max_constraint_step{20000};
 };
 
