@@ -23,9 +23,8 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   auto sampling = openai::resolveSampling(parsed->sampling, encoded->ids.size(), options_.max_context, parsed->params);
   if (!sampling) return respondWithApiError(*exchange, sampling.error());
   const openai::OutputParserOptions parser = encoder_.outputOptions(parsed->prompt, *encoded);
-  auto constraint = structured_.forChat(parsed->prompt, parser.syntax, request.body);
-  if (!constraint) return respondWithApiError(*exchange, constraint.error());
-  sampling->constraint = std::move(*constraint);
+  auto reply = structured_.describeChat(parsed->prompt, parser, request.body);
+  if (!reply) return respondWithApiError(*exchange, reply.error());
 
   GenerationPlan plan = newPlan(openai::newId("chatcmpl-"), parsed->model, parsed->stream, parsed->ignored, {});
   plan.system_prompt = systemPromptOf(who, parsed->prompt);
@@ -52,7 +51,7 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   // n choices of one prompt: one group, so the prompt's blocks are computed
   // once (the others wait for them in the cache) and all start together.
   addChoices(plan, std::move(gen), parsed->n);
-  generation_.run(std::move(exchange), who, std::move(plan));
+  runConstrained(std::move(exchange), who, std::move(plan), std::move(*reply));
 }
 
 }  // namespace lg::proxy

@@ -19,8 +19,8 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   if (!knownModel(parsed->model)) return respondWithApiError(*exchange, openai::modelNotFound(parsed->model));
 
   // vLLM's structured outputs: one grammar for every choice.
-  auto constraint = structured_.forFormat(parsed->format, request.body);
-  if (!constraint) return respondWithApiError(*exchange, constraint.error());
+  auto reply = structured_.describeFormat(parsed->format, request.body);
+  if (!reply) return respondWithApiError(*exchange, reply.error());
 
   GenerationPlan plan = newPlan(openai::newId("cmpl-"), parsed->model, parsed->stream, parsed->ignored, {});
   plan.params = parsed->params;
@@ -37,7 +37,6 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
     serving::GenerationRequest gen = newRequest(who);
     gen.prompt = std::move(encoded->ids);
     gen.sampling = std::move(*sampling);
-    gen.sampling.constraint = *constraint;
     addChoices(plan, std::move(gen), parsed->n);
   }
   ro.meta.id = plan.response_id;
@@ -54,7 +53,7 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
     ro.cost = std::move(cost);
     return std::make_shared<openai::CompletionResponder>(std::move(ro));
   };
-  generation_.run(std::move(exchange), who, std::move(plan));
+  runConstrained(std::move(exchange), who, std::move(plan), std::move(*reply));
 }
 
 }  // namespace lg::proxy

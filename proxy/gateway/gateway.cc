@@ -86,6 +86,26 @@ void Gateway::addChoices(GenerationPlan& plan, serving::GenerationRequest reques
   }
 }
 
+void Gateway::runConstrained(std::shared_ptr<Exchange> exchange, const billing::Principal& who, GenerationPlan plan,
+                             ReplyConstraint reply) const {
+  const auto run = [this](std::shared_ptr<Exchange> to, const billing::Principal& caller, GenerationPlan constrained,
+                          const serving::TokenConstraintFactory& constraint) {
+    for (serving::GenerationRequest& choice : constrained.choices) choice.sampling.constraint = constraint;
+    generation_.run(std::move(to), caller, std::move(constrained));
+  };
+  if (std::optional<serving::TokenConstraintFactory> ready = structured_.ready(reply)) {
+    return run(std::move(exchange), who, std::move(plan), *ready);
+  }
+  auto job = [this, run, exchange, who, plan = std::make_shared<GenerationPlan>(std::move(plan)),
+              reply = std::make_shared<const ReplyConstraint>(std::move(reply))]() {
+    auto constraint = structured_.compile(*reply);
+    if (!constraint) return respondWithApiError(*exchange, constraint.error());
+    run(exchange, who, std::move(*plan), *constraint);
+  };
+  if (blocking_ == nullptr) return job();
+  blocking_->submit(BlockingPool::tenant(who.team), exchange, std::move(job));
+}
+
 GenerationPlan Gateway::newPlan(std::string response_id, std::string requested_model, bool stream,
                                 const std::vector<std::string>& ignored,
                                 const std::vector<std::string>& hosted_tools) const {

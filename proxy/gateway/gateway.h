@@ -102,6 +102,12 @@ class Gateway {
   // Adds `n` choices of `request` to the plan; with a seed, choice j samples
   // with seed + j, so that they differ and each is reproducible.
   static void addChoices(GenerationPlan& plan, serving::GenerationRequest request, int32_t n);
+  // Runs the plan with every choice constrained by `reply`: at once when its
+  // grammar is ready, else compiled first on the blocking pool (in the
+  // caller's share of it: compiling a new schema can take a tenth of a
+  // second, which no I/O thread may spend), or inline without a pool.
+  void runConstrained(std::shared_ptr<Exchange> exchange, const billing::Principal& who, GenerationPlan plan,
+                      ReplyConstraint reply) const;
   // A plan with the fields every endpoint sets the same way.
   GenerationPlan newPlan(std::string response_id, std::string requested_model, bool stream,
                          const std::vector<std::string>& ignored, const std::vector<std::string>& hosted_tools) const;

@@ -136,9 +136,8 @@ void Gateway::continueResponse(const HttpRequest& request, std::shared_ptr<Excha
   auto sampling = openai::resolveSampling(parsed->sampling, encoded->ids.size(), options_.max_context, parsed->params);
   if (!sampling) return respondWithApiError(*exchange, sampling.error());
   const openai::OutputParserOptions parser = encoder_.outputOptions(parsed->prompt, *encoded);
-  auto constraint = structured_.forChat(parsed->prompt, parser.syntax, request.body);
-  if (!constraint) return respondWithApiError(*exchange, constraint.error());
-  sampling->constraint = std::move(*constraint);
+  auto reply = structured_.describeChat(parsed->prompt, parser, request.body);
+  if (!reply) return respondWithApiError(*exchange, reply.error());
 
   GenerationPlan plan =
       newPlan(openai::newId("resp_"), parsed->model, parsed->stream, parsed->ignored, parsed->hosted_tools);
@@ -174,7 +173,7 @@ void Gateway::continueResponse(const HttpRequest& request, std::shared_ptr<Excha
   gen.prompt = std::move(encoded->ids);
   gen.sampling = std::move(*sampling);
   plan.choices.push_back(std::move(gen));
-  generation_.run(std::move(exchange), who, std::move(plan));
+  runConstrained(std::move(exchange), who, std::move(plan), std::move(*reply));
 }
 
 }  // namespace lg::proxy

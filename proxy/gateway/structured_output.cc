@@ -47,28 +47,29 @@ class MatcherConstraint final : public serving::TokenConstraint {
 
 // "tools[3].function.parameters" -> "/tools/3/function/parameters".
 std::string pointerOf(std::string_view param) {
-  std::string out = "/";
+  std::string out, segment;
+  bool pending = false;
+  const auto flush = [&] {
+    if (pending) out += "/" + grammar::jsonPointerEscape(segment);
+    segment.clear();
+    pending = false;
+  };
   for (char c : param) {
-    if (c == '.' || c == '[') {
-      if (out.back() != '/') out += '/';
-    } else if (c != ']') {
-      if (c == '~') {
-        out += "~0";
-      } else if (c == '/') {
-        out += "~1";
-      } else {
-        out += c;
-      }
+    if (c == '.' || c == '[' || c == ']') {
+      flush();
+    } else {
+      segment += c;
+      pending = true;
     }
   }
+  flush();
   return out;
 }
 
-// The schema at `param` of the raw body, keys in the client's order; a
+// The schema at `param` of the body as sent (keys in the client's order); a
 // string there (vLLM's guided_json as JSON text) is parsed. Null: not found
 // (the caller keeps the parsed, sorted one).
-nlohmann::ordered_json orderedSchema(std::string_view raw_body, std::string_view param) {
-  nlohmann::ordered_json body = nlohmann::ordered_json::parse(raw_body, nullptr, false);
+nlohmann::ordered_json orderedSchema(const nlohmann::ordered_json& body, std::string_view param) {
   if (body.is_discarded()) return nullptr;
   const nlohmann::ordered_json::json_pointer at(pointerOf(param));
   if (!body.contains(at)) return nullptr;
@@ -76,6 +77,30 @@ nlohmann::ordered_json orderedSchema(std::string_view raw_body, std::string_view
   if (schema.is_string()) schema = nlohmann::ordered_json::parse(schema.get<std::string>(), nullptr, false);
   if (schema.is_discarded()) return nullptr;
   return schema;
+}
+
+grammar::ContentFormat contentOf(const ResponseFormat& format, const nlohmann::ordered_json& body) {
+  grammar::ContentFormat out;
+  switch (format.kind) {
+    case ResponseFormat::Kind::kText:
+    case ResponseFormat::Kind::kJsonObject:
+      out.kind = grammar::ContentFormat::Kind::kJsonObject;
+      break;
+    case ResponseFormat::Kind::kJsonSchema:
+      out.kind = grammar::ContentFormat::Kind::kJsonSchema;
+      out.schema = orderedSchema(body, format.param);
+      if (out.schema.is_null()) out.schema = nlohmann::ordered_json::parse(format.schema.dump());
+      break;
+    case ResponseFormat::Kind::kRegex:
+      out.kind = grammar::ContentFormat::Kind::kRegex;
+      out.regex = format.regex;
+      break;
+    case ResponseFormat::Kind::kChoice:
+      out.kind = grammar::ContentFormat::Kind::kChoices;
+      out.choices = format.choices;
+      break;
+  }
+  return out;
 }
 
 ApiError grammarError(const grammar::GrammarError& e, const std::string& param) {
@@ -101,105 +126,108 @@ serving::TokenConstraintFactory StructuredOutput::constraintFor(std::shared_ptr<
   };
 }
 
-serving::TokenConstraintFactory StructuredOutput::factoryFor(std::shared_ptr<const grammar::Grammar> g) const {
-  // Every token table now, here (an I/O thread, once per grammar: the cache
-  // keeps the grammar and its tables), so that no mask the engine thread asks
-  // for ever builds one (docs/grammar.md, "prepare").
-  g->prepare(vocab_);
-  return constraintFor(std::move(g), vocab_);
+ApiResult<ReplyConstraint> StructuredOutput::describeFormat(const ResponseFormat& format,
+                                                            std::string_view raw_body) const {
+  ReplyConstraint out;
+  if (format.kind == ResponseFormat::Kind::kText) return out;
+  const nlohmann::ordered_json body = format.kind == ResponseFormat::Kind::kJsonSchema
+                                          ? nlohmann::ordered_json::parse(raw_body, nullptr, false)
+                                          : nlohmann::ordered_json(nullptr);
+  grammar::ReplySpec spec;
+  spec.content = contentOf(format, body);
+  out.content_param = format.param;
+  out.cache_key = "reply:" + grammar::limitsKey(limits_) + ":" + spec.canonicalText();
+  out.spec = std::move(spec);
+  return out;
 }
 
-ApiResult<std::shared_ptr<const grammar::Grammar>> StructuredOutput::compileFormat(const ResponseFormat& format,
-                                                                                  std::string_view raw_body) const {
-  grammar::GrammarOrError compiled;
-  switch (format.kind) {
-    case ResponseFormat::Kind::kText:
-      return std::shared_ptr<const grammar::Grammar>();
-    case ResponseFormat::Kind::kJsonObject:
-      compiled = cache_->anyJsonObject(limits_);
-      break;
-    case ResponseFormat::Kind::kJsonSchema: {
-      nlohmann::ordered_json schema = orderedSchema(raw_body, format.param);
-      if (schema.is_null()) schema = nlohmann::ordered_json::parse(format.schema.dump());
-      compiled = cache_->jsonSchema(schema, limits_);
-      break;
-    }
-    case ResponseFormat::Kind::kRegex:
-      compiled = cache_->regex(format.regex, limits_);
-      break;
-    case ResponseFormat::Kind::kChoice:
-      compiled = cache_->choices(format.choices, limits_);
-      break;
-  }
-  if (const auto* e = std::get_if<grammar::GrammarError>(&compiled)) return grammarError(*e, format.param);
-  return std::get<std::shared_ptr<const grammar::Grammar>>(compiled);
-}
-
-ApiResult<serving::TokenConstraintFactory> StructuredOutput::forFormat(const ResponseFormat& format,
-                                                                       std::string_view raw_body) const {
-  ApiResult<std::shared_ptr<const grammar::Grammar>> g = compileFormat(format, raw_body);
-  if (!g) return g.error();
-  if (!*g) return serving::TokenConstraintFactory();
-  return factoryFor(std::move(*g));
-}
-
-ApiResult<serving::TokenConstraintFactory> StructuredOutput::forChat(const openai::ChatPrompt& prompt,
-                                                                     openai::ToolCallSyntax syntax,
-                                                                     std::string_view raw_body) const {
+ApiResult<ReplyConstraint> StructuredOutput::describeChat(const openai::ChatPrompt& prompt,
+                                                          const openai::OutputParserOptions& output,
+                                                          std::string_view raw_body) const {
   using Mode = openai::ToolChoice::Mode;
   const bool tools_callable = !prompt.tools.empty() && prompt.tool_choice.mode != Mode::kNone;
   const bool calls_forced = tools_callable && (prompt.tool_choice.mode == Mode::kRequired ||
                                                prompt.tool_choice.mode == Mode::kFunction);
   const bool any_strict = std::any_of(prompt.tools.begin(), prompt.tools.end(),
                                       [](const openai::FunctionTool& t) { return t.strict; });
-  if (!calls_forced && prompt.response_format.kind != ResponseFormat::Kind::kText) {
-    return forFormat(prompt.response_format, raw_body);
-  }
-  if (!calls_forced && !(tools_callable && any_strict)) return serving::TokenConstraintFactory();
+  const bool has_format = prompt.response_format.kind != ResponseFormat::Kind::kText;
+  ReplyConstraint out;
+  if (!calls_forced && !has_format && !(tools_callable && any_strict)) return out;  // free text
 
-  std::vector<grammar::ToolSpec> tools;
-  // Each tool's schema in the client's key order, read from the raw body.
-  nlohmann::ordered_json body = nlohmann::ordered_json::parse(raw_body, nullptr, false);
-  for (size_t i = 0; i < prompt.tools.size(); ++i) {
-    const openai::FunctionTool& t = prompt.tools[i];
-    grammar::ToolSpec spec;
-    spec.name = t.name;
-    spec.strict = t.strict;
-    spec.parameters = t.parameters.is_null() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(t.parameters.dump());
-    if (!body.is_discarded() && body.contains("tools") && body["tools"].is_array() && i < body["tools"].size()) {
-      // Chat nests the function ({"type": "function", "function": {...}}); Responses does not.
-      const nlohmann::ordered_json& tool = body["tools"][i];
-      const nlohmann::ordered_json* fn = tool.contains("function") ? &tool["function"] : &tool;
-      if (fn->is_object() && fn->contains("parameters") && (*fn)["name"] == t.name) spec.parameters = (*fn)["parameters"];
-    }
-    tools.push_back(std::move(spec));
+  // Schemas with their keys in the client's order, read from the raw body.
+  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(raw_body, nullptr, false);
+  grammar::ReplySpec spec;
+  spec.reasoning_first = output.starts_in_reasoning;
+  if (has_format && !calls_forced) {
+    spec.content = contentOf(prompt.response_format, body);
+    out.content_param = prompt.response_format.param;
   }
-  grammar::ToolCallOptions options;
-  options.choice = prompt.tool_choice.mode == Mode::kRequired   ? grammar::ToolCallOptions::Choice::kRequired
-                   : prompt.tool_choice.mode == Mode::kFunction ? grammar::ToolCallOptions::Choice::kNamed
-                                                                : grammar::ToolCallOptions::Choice::kAuto;
-  options.named = prompt.tool_choice.function;
-  options.parallel_tool_calls = prompt.parallel_tool_calls;
-  options.syntax = syntax == openai::ToolCallSyntax::kV31 ? grammar::ToolCallSyntax::kV31 : grammar::ToolCallSyntax::kV3;
-  // The cache key: everything the grammar depends on, canonically.
-  nlohmann::ordered_json key = nlohmann::ordered_json::array();
-  for (const grammar::ToolSpec& t : tools) key.push_back({t.name, t.strict, t.parameters});
-  key.push_back({static_cast<int>(options.choice), options.named, options.parallel_tool_calls,
-                 static_cast<int>(options.syntax)});
-  grammar::GrammarOrError compiled = cache_->getOrCompile(
-      "tools:" + key.dump() + grammar::limitsKey(limits_),
-      [&] { return grammar::Grammar::forToolCalls(tools, options, limits_); });
-  if (const auto* e = std::get_if<grammar::GrammarError>(&compiled)) {
-    // The error's path is inside one tool's parameters: name the tool.
-    std::string param = "tools";
+  if (tools_callable) {
+    const nlohmann::ordered_json* sent_tools =
+        !body.is_discarded() && body.contains("tools") && body["tools"].is_array() ? &body["tools"] : nullptr;
     for (size_t i = 0; i < prompt.tools.size(); ++i) {
-      if (e->message.find("'" + prompt.tools[i].name + "'") != std::string::npos) {
-        param = "tools[" + std::to_string(i) + "].function.parameters";
+      const openai::FunctionTool& t = prompt.tools[i];
+      grammar::ToolSpec tool;
+      tool.name = t.name;
+      tool.strict = t.strict;
+      tool.parameters = t.parameters.is_null() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(t.parameters.dump());
+      // Chat nests the function ({"type": "function", "function": {...}}); Responses does not.
+      std::string param = "tools[" + std::to_string(i) + "].parameters";
+      if (sent_tools != nullptr && i < sent_tools->size()) {
+        const nlohmann::ordered_json& sent = (*sent_tools)[i];
+        const bool nested = sent.contains("function");
+        const nlohmann::ordered_json& fn = nested ? sent["function"] : sent;
+        if (nested) param = "tools[" + std::to_string(i) + "].function.parameters";
+        if (fn.is_object() && fn.contains("parameters") && fn.value("name", "") == t.name) tool.parameters = fn["parameters"];
       }
+      spec.tools.push_back(std::move(tool));
+      out.tool_params.push_back(std::move(param));
+    }
+    grammar::ToolCallOptions& options = spec.tool_options;
+    options.choice = prompt.tool_choice.mode == Mode::kRequired   ? grammar::ToolCallOptions::Choice::kRequired
+                     : prompt.tool_choice.mode == Mode::kFunction ? grammar::ToolCallOptions::Choice::kNamed
+                                                                  : grammar::ToolCallOptions::Choice::kAuto;
+    options.named = prompt.tool_choice.function;
+    options.parallel_tool_calls = prompt.parallel_tool_calls;
+    options.syntax =
+        output.syntax == openai::ToolCallSyntax::kV31 ? grammar::ToolCallSyntax::kV31 : grammar::ToolCallSyntax::kV3;
+  }
+  out.cache_key = "reply:" + grammar::limitsKey(limits_) + ":" + spec.canonicalText();
+  out.spec = std::move(spec);
+  return out;
+}
+
+std::optional<serving::TokenConstraintFactory> StructuredOutput::ready(const ReplyConstraint& reply) const {
+  if (!reply.constrained()) return serving::TokenConstraintFactory();
+  std::optional<grammar::GrammarOrError> found = cache_->find(reply.cache_key);
+  if (!found) return std::nullopt;
+  const auto* g = std::get_if<std::shared_ptr<const grammar::Grammar>>(&*found);
+  if (g == nullptr || !(*g)->prepared(vocab_)) return std::nullopt;  // an error: compile() answers it
+  return constraintFor(*g, vocab_);
+}
+
+ApiResult<serving::TokenConstraintFactory> StructuredOutput::compile(const ReplyConstraint& reply) const {
+  if (!reply.constrained()) return serving::TokenConstraintFactory();
+  grammar::GrammarOrError compiled =
+      cache_->getOrCompile(reply.cache_key, [&] { return grammar::Grammar::forReply(*reply.spec, limits_); });
+  if (const auto* e = std::get_if<grammar::GrammarError>(&compiled)) {
+    std::string param = reply.content_param;
+    if (e->tool && *e->tool < reply.tool_params.size()) {
+      param = reply.tool_params[*e->tool];
+      if (e->keyword == "name") param = param.substr(0, param.size() - std::string_view("parameters").size()) + "name";
+    } else if (e->keyword == "tool_choice") {
+      param = "tool_choice";
+    } else if (param.empty()) {
+      param = "tools";
     }
     return grammarError(*e, param);
   }
-  return factoryFor(std::get<std::shared_ptr<const grammar::Grammar>>(compiled));
+  auto g = std::get<std::shared_ptr<const grammar::Grammar>>(compiled);
+  // Every token table now (once per grammar: the cache keeps the grammar and
+  // its tables), so that no mask the engine thread asks for ever builds one
+  // (docs/grammar.md, "prepare").
+  g->prepare(vocab_);
+  return constraintFor(std::move(g), vocab_);
 }
 
 }  // namespace lg::proxy

@@ -43,97 +43,53 @@ GrammarOrError Grammar::fromJsonSchema(const nlohmann::ordered_json& schema, con
 }
 
 GrammarOrError Grammar::anyJsonObject(const Limits& limits) {
-  AutomatonBuilder b(limits);
-  JsonRules rules(b, limits);
-  const uint32_t root = b.newRule("root");
-  b.defineRule(root, b.seq({rules.ws(), b.call(rules.anyObject()), rules.ws()}));
-  return finishInto(b, root);
+  ContentFormat object;
+  object.kind = ContentFormat::Kind::kJsonObject;
+  ReplySpec spec;
+  spec.content = std::move(object);
+  return forReply(spec, limits);
 }
 
 GrammarOrError Grammar::fromRegex(std::string_view regex, const Limits& limits) {
-  if (regex.size() > limits.max_schema_bytes) return GrammarError{"regex", "", "the regex is too long"};
-  AutomatonBuilder b(limits);
-  AutomatonBuilder::Frag f;
-  if (auto err = compileRegex(b, regex, CharEncoding::kRaw, false, &f)) return GrammarError{"regex", "", *err};
-  const uint32_t root = b.newRule("root");
-  b.defineRule(root, f);
-  auto g = finishInto(b, root);
-  if (auto* err = std::get_if<GrammarError>(&g)) err->keyword = "regex";
-  return g;
+  ContentFormat format;
+  format.kind = ContentFormat::Kind::kRegex;
+  format.regex = std::string(regex);
+  ReplySpec spec;
+  spec.content = std::move(format);
+  return forReply(spec, limits);
 }
 
 GrammarOrError Grammar::fromChoices(const std::vector<std::string>& choices, const Limits& limits) {
-  if (choices.empty()) return GrammarError{"choice", "", "no choices"};
-  AutomatonBuilder b(limits);
-  std::vector<AutomatonBuilder::Frag> alts;
-  size_t total = 0;
-  for (const std::string& c : choices) {
-    total += c.size();
-    if (total > limits.max_schema_bytes) return GrammarError{"choice", "", "the choices are too long"};
-    alts.push_back(b.literal(c));
-  }
-  const uint32_t root = b.newRule("root");
-  b.defineRule(root, b.alt(alts));
-  return finishInto(b, root);
+  ContentFormat format;
+  format.kind = ContentFormat::Kind::kChoices;
+  format.choices = choices;
+  ReplySpec spec;
+  spec.content = std::move(format);
+  return forReply(spec, limits);
 }
 
 GrammarOrError Grammar::forToolCalls(const std::vector<ToolSpec>& tools, const ToolCallOptions& options,
                                      const Limits& limits) {
-  using Frag = AutomatonBuilder::Frag;
-  AutomatonBuilder b(limits);
-  JsonRules rules(b, limits);
-  std::vector<std::pair<std::string, uint32_t>> args;  // name -> arguments rule
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const ToolSpec& t = tools[i];
-    if (t.name.empty() || t.name.find('\n') != std::string::npos || t.name.find("<｜") != std::string::npos) {
-      return GrammarError{"name", "/tools/" + std::to_string(i) + "/function/name", "not a usable function name"};
-    }
-    if (options.choice == ToolCallOptions::Choice::kNamed && t.name != options.named) continue;
-    uint32_t rule;
-    if (t.strict && !t.parameters.is_null()) {
-      SchemaCompiler compiler(b, rules, t.parameters, limits, "/tools/" + std::to_string(i) + "/function/parameters");
-      auto r = compiler.compile();
-      if (auto* err = std::get_if<GrammarError>(&r)) return *err;
-      rule = std::get<uint32_t>(r);
-    } else {
-      rule = rules.anyObject();
-    }
-    args.emplace_back(t.name, rule);
-  }
-  if (args.empty()) {
-    return GrammarError{"tool_choice", "", options.choice == ToolCallOptions::Choice::kNamed
-                                               ? "no tool named '" + options.named + "'"
-                                               : "no tools"};
-  }
-  const uint32_t call = b.newRule("tool_call");
-  {
-    std::vector<Frag> alts;
-    for (const auto& [name, rule] : args) {
-      if (options.syntax == ToolCallSyntax::kV3) {
-        alts.push_back(b.seq({b.literal(std::string(kCallBegin) + "function" + std::string(kSep) + name + "\n```json\n"),
-                              b.call(rule), b.literal("\n```" + std::string(kCallEnd))}));
-      } else {
-        alts.push_back(b.seq({b.literal(std::string(kCallBegin) + name + std::string(kSep)), b.call(rule),
-                              b.literal(std::string(kCallEnd))}));
-      }
-    }
-    b.defineRule(call, b.alt(alts));
-  }
-  const std::string between = options.syntax == ToolCallSyntax::kV3 ? "\n" : "";
-  Frag calls = b.call(call);
-  if (options.parallel_tool_calls) calls = b.seq(calls, b.star(b.seq(b.literal(between), b.call(call))));
-  const uint32_t section = b.newRule("tool_calls");
-  b.defineRule(section, b.seq({b.literal(kCallsBegin), calls, b.literal(kCallsEnd)}));
+  ReplySpec spec;
+  spec.tools = tools;
+  spec.tool_options = options;
+  return forReply(spec, limits);
+}
 
-  const uint32_t root = b.newRule("root");
-  if (options.choice != ToolCallOptions::Choice::kAuto) {
-    b.defineRule(root, b.call(section));
-    return finishInto(b, root);
-  }
-  // auto: free text that does not contain the section marker (a
-  // Knuth-Morris-Pratt automaton over its bytes), optionally followed by the
-  // section once the marker completes.
-  const std::string_view m = kCallsBegin;
+namespace {
+
+using Frag = AutomatonBuilder::Frag;
+
+// Free text in which `marker` does not occur, as a Knuth-Morris-Pratt
+// automaton over the marker's bytes: `text.in` starts it, `text.out` is
+// reached right after the marker's last byte (the marker is consumed), and
+// `ended` from any point before the marker completes (the text may end there).
+struct TextUntilMarker {
+  Frag text;
+  Frag ended;
+};
+
+TextUntilMarker textUntil(AutomatonBuilder& b, std::string_view m) {
   std::vector<size_t> fail(m.size() + 1, 0);
   for (size_t i = 1, k = 0; i < m.size(); ++i) {
     while (k > 0 && m[i] != m[k]) k = fail[k];
@@ -157,27 +113,190 @@ GrammarOrError Grammar::forToolCalls(const std::vector<ToolSpec>& tools, const T
       const size_t to = next[static_cast<size_t>(c)];
       Frag r = b.range(static_cast<uint8_t>(c), static_cast<uint8_t>(e));
       b.seq(st[q], r);
-      if (to == m.size()) {
-        b.seq(r, out);  // the marker completed: the calls follow
-      } else {
-        b.seq(r, st[to]);
-      }
+      b.seq(r, to == m.size() ? out : st[to]);
       c = e + 1;
     }
   }
-  // After the marker: calls and the end marker (the marker's own bytes were consumed by the free text automaton).
-  const uint32_t after = b.newRule("tool_calls_after_marker");
-  Frag calls2 = b.call(call);
-  if (options.parallel_tool_calls) calls2 = b.seq(calls2, b.star(b.seq(b.literal(between), b.call(call))));
-  b.defineRule(after, b.seq(calls2, b.literal(kCallsEnd)));
-  Frag end = b.empty();
-  for (size_t q = 0; q < m.size(); ++q) b.seq(st[q], end);
-  Frag body{st[0].in, end.out};
-  Frag after_call = b.call(after);
-  b.seq(out, after_call);
-  b.seq(after_call, end);
+  Frag ended = b.empty();
+  for (size_t q = 0; q < m.size(); ++q) b.seq(st[q], ended);
+  return {{st[0].in, out.out}, ended};
+}
+
+// The content format's fragment, inside `b` (its rules shared with the tools').
+std::variant<Frag, GrammarError> contentFrag(AutomatonBuilder& b, JsonRules& rules, const ContentFormat& format,
+                                             const Limits& limits) {
+  switch (format.kind) {
+    case ContentFormat::Kind::kJsonSchema: {
+      const size_t size = format.schema.dump().size();
+      if (size > limits.max_schema_bytes) {
+        return GrammarError{"(size)", "", "the schema is " + std::to_string(size) + " bytes, over the limit of " +
+                                              std::to_string(limits.max_schema_bytes)};
+      }
+      SchemaCompiler compiler(b, rules, format.schema, limits);
+      auto rule = compiler.compile();
+      if (auto* err = std::get_if<GrammarError>(&rule)) return *err;
+      return b.call(std::get<uint32_t>(rule));
+    }
+    case ContentFormat::Kind::kJsonObject:
+      return b.seq({rules.ws(), b.call(rules.anyObject()), rules.ws()});
+    case ContentFormat::Kind::kRegex: {
+      if (format.regex.size() > limits.max_schema_bytes) return GrammarError{"regex", "", "the regex is too long"};
+      Frag f;
+      if (auto err = compileRegex(b, format.regex, CharEncoding::kRaw, false, &f)) return GrammarError{"regex", "", *err};
+      return f;
+    }
+    case ContentFormat::Kind::kChoices: {
+      if (format.choices.empty()) return GrammarError{"choice", "", "no choices"};
+      std::vector<Frag> alts;
+      size_t total = 0;
+      for (const std::string& c : format.choices) {
+        total += c.size();
+        if (total > limits.max_schema_bytes) return GrammarError{"choice", "", "the choices are too long"};
+        alts.push_back(b.literal(c));
+      }
+      return b.alt(alts);
+    }
+  }
+  return GrammarError{"", "", "unknown content format"};
+}
+
+// The tool-call section's rules: "tool_calls" (the whole section, markers
+// included) and "tool_calls_after_marker" (what follows the opening marker).
+struct ToolSection {
+  uint32_t whole = 0, after_marker = 0;
+};
+
+std::variant<ToolSection, GrammarError> toolSection(AutomatonBuilder& b, JsonRules& rules,
+                                                    const std::vector<ToolSpec>& tools,
+                                                    const ToolCallOptions& options, const Limits& limits) {
+  std::vector<std::pair<std::string, uint32_t>> args;  // name -> arguments rule
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ToolSpec& t = tools[i];
+    if (t.name.empty() || t.name.find('\n') != std::string::npos || t.name.find("<｜") != std::string::npos) {
+      return GrammarError{"name", "", "'" + t.name + "' is not a usable function name", i};
+    }
+    if (options.choice == ToolCallOptions::Choice::kNamed && t.name != options.named) continue;
+    uint32_t rule;
+    if (t.strict && !t.parameters.is_null()) {
+      // Errors (here and at finish()) are named "tool:I/..." (toolError).
+      SchemaCompiler compiler(b, rules, t.parameters, limits, "tool:" + std::to_string(i));
+      auto r = compiler.compile();
+      if (auto* err = std::get_if<GrammarError>(&r)) return *err;
+      rule = std::get<uint32_t>(r);
+    } else {
+      rule = rules.anyObject();
+    }
+    args.emplace_back(t.name, rule);
+  }
+  if (args.empty()) {
+    return GrammarError{"tool_choice", "", options.choice == ToolCallOptions::Choice::kNamed
+                                               ? "no tool named '" + options.named + "'"
+                                               : "no tools"};
+  }
+  const uint32_t call = b.newRule("tool_call");
+  std::vector<Frag> alts;
+  for (const auto& [name, rule] : args) {
+    if (options.syntax == ToolCallSyntax::kV3) {
+      alts.push_back(b.seq({b.literal(std::string(kCallBegin) + "function" + std::string(kSep) + name + "\n```json\n"),
+                            b.call(rule), b.literal("\n```" + std::string(kCallEnd))}));
+    } else {
+      alts.push_back(b.seq({b.literal(std::string(kCallBegin) + name + std::string(kSep)), b.call(rule),
+                            b.literal(std::string(kCallEnd))}));
+    }
+  }
+  b.defineRule(call, b.alt(alts));
+  const std::string between = options.syntax == ToolCallSyntax::kV3 ? "\n" : "";
+  const auto calls = [&] {
+    Frag f = b.call(call);
+    if (options.parallel_tool_calls) f = b.seq(f, b.star(b.seq(b.literal(between), b.call(call))));
+    return f;
+  };
+  ToolSection section;
+  section.after_marker = b.newRule("tool_calls_after_marker");
+  b.defineRule(section.after_marker, b.seq(calls(), b.literal(kCallsEnd)));
+  section.whole = b.newRule("tool_calls");
+  b.defineRule(section.whole, b.seq(b.literal(kCallsBegin), b.call(section.after_marker)));
+  return section;
+}
+
+// An error inside tool I's parameters ("tool:I/properties/x": no JSON
+// pointer starts so) says whose it is in `tool` and keeps the path inside
+// the parameters ("/properties/x").
+GrammarError toolError(GrammarError e) {
+  constexpr std::string_view kTools = "tool:";
+  if (e.tool || !e.path.starts_with(kTools)) return e;
+  const size_t end = e.path.find('/', kTools.size());
+  const std::string index = e.path.substr(kTools.size(), end - kTools.size());
+  if (index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos) return e;
+  e.tool = static_cast<size_t>(std::stoull(index));
+  e.path = end == std::string::npos ? "" : e.path.substr(end);
+  return e;
+}
+
+}  // namespace
+
+GrammarOrError Grammar::forReply(const ReplySpec& spec, const Limits& limits) {
+  AutomatonBuilder b(limits);
+  JsonRules rules(b, limits);
+  std::optional<Frag> content;
+  if (spec.content) {
+    auto f = contentFrag(b, rules, *spec.content, limits);
+    if (auto* err = std::get_if<GrammarError>(&f)) return *err;
+    content = std::get<Frag>(f);
+  }
+  Frag body;
+  if (spec.tools.empty()) {
+    // Content alone; none at all: any text (only reasoning_first asks for
+    // that, and then the reasoning's end is what the grammar checks).
+    body = content ? *content : b.star(b.range(0x00, 0xff));
+  } else {
+    auto s = toolSection(b, rules, spec.tools, spec.tool_options, limits);
+    if (auto* err = std::get_if<GrammarError>(&s)) return toolError(*err);
+    const ToolSection section = std::get<ToolSection>(s);
+    if (spec.tool_options.choice != ToolCallOptions::Choice::kAuto) {
+      body = b.call(section.whole);
+    } else if (content) {
+      body = b.alt({*content, b.call(section.whole)});
+    } else {
+      // Free text that does not contain the section's marker, optionally
+      // followed by the calls once the marker completes.
+      TextUntilMarker text = textUntil(b, kCallsBegin);
+      Frag end = b.empty();
+      b.seq(text.ended, end);
+      b.seq(b.seq(text.text, b.call(section.after_marker)), end);
+      body = {text.text.in, end.out};
+    }
+  }
+  if (spec.reasoning_first) {
+    TextUntilMarker reasoning = textUntil(b, "</think>");
+    body = b.seq({reasoning.text, b.repeat([&] { return b.range('\n', '\n'); }, 0, 2), body});
+  }
+  const uint32_t root = b.newRule("root");
   b.defineRule(root, body);
-  return finishInto(b, root);
+  auto g = finishInto(b, root);
+  if (auto* err = std::get_if<GrammarError>(&g)) {
+    *err = toolError(std::move(*err));
+    if (spec.content && spec.content->kind == ContentFormat::Kind::kRegex && spec.tools.empty()) {
+      err->keyword = "regex";  // a limit the regex's automaton reached
+    }
+  }
+  return g;
+}
+
+std::string ReplySpec::canonicalText() const {
+  nlohmann::ordered_json key = nlohmann::ordered_json::object();
+  key["reasoning_first"] = reasoning_first;
+  if (content) {
+    key["content"] = {static_cast<int>(content->kind), content->schema, content->regex, content->choices};
+  }
+  if (!tools.empty()) {
+    nlohmann::ordered_json t = nlohmann::ordered_json::array();
+    for (const ToolSpec& tool : tools) t.push_back({tool.name, tool.strict, tool.parameters});
+    key["tools"] = std::move(t);
+    key["tool_options"] = {static_cast<int>(tool_options.choice), tool_options.named,
+                           tool_options.parallel_tool_calls, static_cast<int>(tool_options.syntax)};
+  }
+  return key.dump();
 }
 
 std::shared_ptr<TokenTable> Grammar::tokenTable(const std::shared_ptr<const Vocabulary>& vocab) const {
@@ -194,6 +313,14 @@ std::shared_ptr<TokenTable> Grammar::prepare(const std::shared_ptr<const Vocabul
   auto t = tokenTable(vocab);
   if (!t->prepared()) t->prepareAll();
   return t;
+}
+
+bool Grammar::prepared(const std::shared_ptr<const Vocabulary>& vocab) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [v, t] : tables_) {
+    if (v == vocab.get()) return t->prepared();
+  }
+  return false;
 }
 
 }  // namespace lg::text::grammar

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -31,8 +32,14 @@ struct GrammarError {
   std::string keyword;  // the schema keyword (or "pattern" / "regex" / a limit's name)
   std::string path;     // JSON pointer in the schema ("" for the root)
   std::string message;
+  // A reply's grammar: the index of the tool whose parameters (or name) it is
+  // about; none: the content's format (or the grammar as a whole).
+  std::optional<size_t> tool = std::nullopt;
   std::string toString() const;
 };
+
+// A JSON object key as a JSON pointer segment ("~" -> "~0", "/" -> "~1").
+std::string jsonPointerEscape(std::string_view key);
 
 struct Limits {
   size_t max_schema_bytes = 256 * 1024;  // canonical text of the schema
@@ -87,6 +94,34 @@ struct ToolCallOptions {
   ToolCallSyntax syntax = ToolCallSyntax::kV3;
 };
 
+// What a reply's content must be (response_format, vLLM's structured outputs).
+struct ContentFormat {
+  enum class Kind : uint8_t { kJsonSchema, kJsonObject, kRegex, kChoices };
+  Kind kind = Kind::kJsonObject;
+  nlohmann::ordered_json schema;     // kJsonSchema, keys in the client's order
+  std::string regex;                 // kRegex: the whole content matches it
+  std::vector<std::string> choices;  // kChoices: the content is one of them
+};
+
+// A whole chat reply as the chat template opens it and the output parser
+// reads it: optional reasoning, then content and tool calls.
+//   - tools forced (required, named): the tool-call section;
+//   - tools on auto with a content format: that content, or the section;
+//   - tools on auto alone: free text until the model opens the section;
+//   - no tools: the content format.
+// reasoning_first (the prompt ends inside an open <think>, as R1's template
+// and V3.1's thinking mode do): any text without "</think>", then
+// "</think>", up to two new lines, then the above. Reasoning is free: the
+// rules bind what the parser reports as content and calls.
+struct ReplySpec {
+  bool reasoning_first = false;
+  std::optional<ContentFormat> content;  // none: free text
+  std::vector<ToolSpec> tools;           // the callable tools; empty: none
+  ToolCallOptions tool_options;
+  // The canonical text of everything the grammar depends on (a cache key).
+  std::string canonicalText() const;
+};
+
 class Grammar;
 using GrammarOrError = std::variant<std::shared_ptr<const Grammar>, GrammarError>;
 
@@ -102,6 +137,7 @@ class Grammar {
   static GrammarOrError fromChoices(const std::vector<std::string>& choices, const Limits& limits = {});
   static GrammarOrError forToolCalls(const std::vector<ToolSpec>& tools, const ToolCallOptions& options,
                                      const Limits& limits = {});
+  static GrammarOrError forReply(const ReplySpec& spec, const Limits& limits = {});
 
   const Automaton& automaton() const { return automaton_; }
 
@@ -111,6 +147,8 @@ class Grammar {
   // call builds one (call it off the engine thread, after compiling).
   // Idempotent and thread-safe; returns the same table tokenTable() does.
   std::shared_ptr<TokenTable> prepare(const std::shared_ptr<const Vocabulary>& vocab) const;
+  // Whether prepare() has completed for `vocab` (a mask costs no table build).
+  bool prepared(const std::shared_ptr<const Vocabulary>& vocab) const;
 
   explicit Grammar(Automaton automaton) : automaton_(std::move(automaton)) {}
 

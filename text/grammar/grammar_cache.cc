@@ -32,6 +32,15 @@ GrammarOrError GrammarCache::getOrCompile(const std::string& key, const std::fun
   return g;
 }
 
+std::optional<GrammarOrError> GrammarCache::find(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  ++hits_;
+  return it->second->second;
+}
+
 GrammarOrError GrammarCache::jsonSchema(const nlohmann::ordered_json& schema, const Limits& limits) {
   return getOrCompile("json_schema:" + limitsKey(limits) + ":" + schema.dump(),
                       [&] { return Grammar::fromJsonSchema(schema, limits); });

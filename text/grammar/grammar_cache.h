@@ -9,6 +9,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -23,6 +24,8 @@ class GrammarCache {
   // The grammar for `key`, compiled by `compile` on a miss (outside the lock:
   // two threads missing the same key may both compile; one result is kept).
   GrammarOrError getOrCompile(const std::string& key, const std::function<GrammarOrError()>& compile);
+  // The entry for `key` if there is one (counted as a hit), without compiling.
+  std::optional<GrammarOrError> find(const std::string& key);
 
   GrammarOrError jsonSchema(const nlohmann::ordered_json& schema, const Limits& limits = {});
   GrammarOrError jsonSchema(const nlohmann::json& schema, const Limits& limits = {});

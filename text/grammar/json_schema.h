@@ -67,6 +67,5 @@ class SchemaCompiler {
   std::optional<GrammarError> error_;
 };
 
-std::string jsonPointerEscape(std::string_view key);
 
 }  // namespace lg::text::grammar

@@ -120,6 +120,53 @@ test('LangChain withStructuredOutput and bindTools with tool_choice', async () =
   assert.ok(required.tool_calls.length >= 1);
 });
 
+test('tool_choice auto with a response format: each reply is the format or tool calls', async () => {
+  const answer = { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, degrees: { type: 'integer' } },
+                   required: ['city', 'degrees'], additionalProperties: false };
+  const args = { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'],
+                 additionalProperties: false };
+  const validAnswer = ajv.compile(answer);
+  const validArgs = ajv.compile(args);
+  const post = (path, body) => server.request('POST', path, {
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body });
+  const seen = { answer: 0, call: 0 };
+  for (let seed = 1; seed <= 8; ++seed) {
+    const chat = await post('/v1/chat/completions', {
+      model: 'deepseek-chat', messages: [{ role: 'user', content: 'Weather in Oslo?' }], seed, temperature: 1,
+      max_tokens: 300, tool_choice: 'auto',
+      tools: [{ type: 'function', function: { name: 'weather', parameters: args, strict: true } }],
+      response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: answer, strict: true } },
+    });
+    assert.equal(chat.status, 200, chat.body);
+    const choice = JSON.parse(chat.body).choices[0];
+    if (choice.message.tool_calls?.length) {
+      assert.equal(choice.finish_reason, 'tool_calls');
+      for (const call of choice.message.tool_calls) {
+        assert.equal(call.function.name, 'weather');
+        assert.ok(validArgs(JSON.parse(call.function.arguments)), call.function.arguments);
+      }
+      ++seen.call;
+    } else {
+      assert.equal(choice.finish_reason, 'stop');
+      assert.ok(validAnswer(JSON.parse(choice.message.content)), choice.message.content);
+      ++seen.answer;
+    }
+    const responses = await post('/v1/responses', {
+      model: 'deepseek-chat', input: 'Weather in Oslo?', temperature: 1, max_output_tokens: 300, store: false,
+      tools: [{ type: 'function', name: 'weather', parameters: args }],
+      text: { format: { type: 'json_schema', name: 'answer', schema: answer, strict: true } },
+    });
+    assert.equal(responses.status, 200, responses.body);
+    for (const item of JSON.parse(responses.body).output) {
+      if (item.type === 'function_call') assert.ok(validArgs(JSON.parse(item.arguments)), item.arguments);
+      if (item.type === 'message') assert.ok(validAnswer(JSON.parse(item.content[0].text)), item.content[0].text);
+    }
+  }
+  console.log('tool_choice auto with a format:', JSON.stringify(seen));
+  // The seeds and the model's weights are fixed: both ways out are taken.
+  assert.ok(seen.answer > 0 && seen.call > 0, JSON.stringify(seen));
+});
+
 test('raw json_schema, json_object and vLLM structured outputs validate with ajv', async () => {
   const schema = {
     type: 'object',

@@ -375,5 +375,102 @@ TEST(GrammarToolCalls, RequiredNamedAndParallel) {
   }
 }
 
+// (f) A whole reply: tool_choice auto with a response format, reasoning
+// first, and errors that name their tool.
+constexpr const char* kAnswerSchema =
+    R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false})";
+const std::string kWeatherCall =
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Paris\"}\n```"
+    "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+
+ReplySpec weatherReply() {
+  ReplySpec spec;
+  ContentFormat answer;
+  answer.kind = ContentFormat::Kind::kJsonSchema;
+  answer.schema = OJson::parse(kAnswerSchema);
+  spec.content = answer;
+  spec.tools.resize(1);
+  spec.tools[0].name = "get_weather";
+  spec.tools[0].parameters = OJson::parse(R"({"type":"object","properties":{"city":{"type":"string"}}})");
+  return spec;
+}
+
+TEST(GrammarReply, AutoToolsWithAFormatAreTheFormatOrCalls) {
+  auto vocab = testing::v3Vocabulary();
+  auto g = mustBuild(Grammar::forReply(weatherReply()));
+  ASSERT_TRUE(g);
+  {
+    Matcher m(g, vocab);
+    EXPECT_FALSE(m.acceptBytes("Sure"));  // neither the format nor a call
+    ASSERT_TRUE(m.acceptBytes("{\"a\":1}"));
+    EXPECT_TRUE(m.mustEnd());
+  }
+  {
+    Matcher m(g, vocab);
+    ASSERT_TRUE(m.acceptBytes(kWeatherCall));
+    EXPECT_TRUE(m.mustEnd());
+  }
+  {
+    Matcher m(g, vocab);
+    EXPECT_FALSE(m.acceptBytes("{\"a\":1}" + kWeatherCall));  // content or calls, not both
+  }
+}
+
+TEST(GrammarReply, ReasoningComesFirstAndFreeThenTheRules) {
+  auto vocab = testing::v3Vocabulary();
+  ReplySpec spec = weatherReply();
+  spec.reasoning_first = true;
+  auto g = mustBuild(Grammar::forReply(spec));
+  ASSERT_TRUE(g);
+  {
+    Matcher m(g, vocab);
+    ASSERT_TRUE(m.acceptBytes("The user wants {JSON}. </thin"));  // a broken-off marker is reasoning too
+    EXPECT_FALSE(m.canEnd());  // the reasoning must close
+    ASSERT_TRUE(m.acceptBytes("g> still thinking </think>\n\n"));
+    EXPECT_FALSE(m.acceptBytes("\n"));  // two new lines at most
+    EXPECT_FALSE(m.acceptBytes("Sure"));
+    ASSERT_TRUE(m.acceptBytes("{\"a\":7}"));
+    EXPECT_TRUE(m.mustEnd());
+  }
+  {
+    Matcher m(g, vocab);
+    ASSERT_TRUE(m.acceptBytes("</think>" + kWeatherCall));  // no reasoning, then a call
+    EXPECT_TRUE(m.mustEnd());
+  }
+  // The masks are exact in the reasoning, at its end and after it (the
+  // <think> tokens are added tokens of the V3 vocabulary).
+  Matcher m(g, vocab);
+  std::vector<uint32_t> mask(vocab->maskWords());
+  for (const std::string part : {"Hmm </", "think>", "\n", "{\"a\""}) {
+    m.fillNextTokenMask(mask);
+    ASSERT_EQ(mask, bruteMask(m)) << "before '" << part << "'";
+    ASSERT_TRUE(m.acceptBytes(part)) << part;
+  }
+  m.fillNextTokenMask(mask);
+  ASSERT_EQ(mask, bruteMask(m)) << "at the end";
+}
+
+TEST(GrammarReply, AnErrorInAToolsParametersNamesTheTool) {
+  ReplySpec spec = weatherReply();
+  spec.tools.resize(2);
+  spec.tools[1].name = "lookup";
+  spec.tools[1].strict = true;
+  spec.tools[1].parameters = OJson::parse(R"({"type":"object","properties":{"q":{"not":{"type":"string"}}}})");
+  auto g = Grammar::forReply(spec);
+  ASSERT_TRUE(std::holds_alternative<GrammarError>(g));
+  const GrammarError& e = std::get<GrammarError>(g);
+  EXPECT_EQ(e.keyword, "not");
+  ASSERT_TRUE(e.tool.has_value());
+  EXPECT_EQ(*e.tool, 1u);
+  EXPECT_EQ(e.path, "/properties/q/not");
+  // A content schema's error names no tool.
+  spec.tools.pop_back();
+  spec.content->schema = OJson::parse(R"({"type":"object","properties":{"tools":{"not":{}}}})");
+  auto c = Grammar::forReply(spec);
+  ASSERT_TRUE(std::holds_alternative<GrammarError>(c));
+  EXPECT_FALSE(std::get<GrammarError>(c).tool.has_value());
+  EXPECT_EQ(std::get<GrammarError>(c).path, "/properties/tools/not");
+}
+
 }  // namespace
 }  // namespace lg::text::grammar
