@@ -99,19 +99,35 @@ DeepSeekOutputParser::DeepSeekOutputParser(OutputParserOptions options) : option
   }
 }
 
-void DeepSeekOutputParser::emitText(OutputPiece::Kind kind, std::string_view text, std::vector<OutputPiece>& out) {
+void DeepSeekOutputParser::emitText(OutputPiece::Kind kind, std::string_view text, size_t offset,
+                                    std::vector<OutputPiece>& out) {
   if (text.empty()) return;
   if (kind == OutputPiece::Kind::kToolCallArguments && ignoring_call_) return;
   const int32_t index = kind == OutputPiece::Kind::kToolCallArguments ? calls_ - 1 : -1;
-  if (!out.empty() && out.back().kind == kind && out.back().tool_index == index) {
+  // Content on both sides of a call past max_tool_calls (which emits no
+  // pieces) is not one run of the pushed text: it stays two pieces, so that
+  // each piece's source_offset holds.
+  if (!out.empty() && out.back().kind == kind && out.back().tool_index == index &&
+      out.back().source_offset + out.back().text.size() == offset) {
     out.back().text.append(text);
     return;
   }
   OutputPiece piece;
   piece.kind = kind;
   piece.text.assign(text);
+  piece.source_offset = offset;
   piece.tool_index = index;
   out.push_back(std::move(piece));
+}
+
+void DeepSeekOutputParser::consume(size_t n) {
+  buf_.erase(0, n);
+  buf_offset_ += n;
+}
+
+void DeepSeekOutputParser::appendRaw(std::string_view text, size_t offset) {
+  if (raw_.empty()) raw_offset_ = offset;
+  raw_.append(text);
 }
 
 void DeepSeekOutputParser::beginCall(std::string name, std::vector<OutputPiece>& out) {
@@ -128,8 +144,8 @@ void DeepSeekOutputParser::beginCall(std::string name, std::vector<OutputPiece>&
   ++calls_;
 }
 
-void DeepSeekOutputParser::endCall(std::string_view args, std::vector<OutputPiece>& out) {
-  emitText(OutputPiece::Kind::kToolCallArguments, args, out);
+void DeepSeekOutputParser::endCall(std::string_view args, size_t offset, std::vector<OutputPiece>& out) {
+  emitText(OutputPiece::Kind::kToolCallArguments, args, offset, out);
   if (!ignoring_call_) {
     OutputPiece piece;
     piece.kind = OutputPiece::Kind::kToolCallEnd;
@@ -141,7 +157,7 @@ void DeepSeekOutputParser::endCall(std::string_view args, std::vector<OutputPiec
 }
 
 void DeepSeekOutputParser::malformed(std::vector<OutputPiece>& out) {
-  emitText(OutputPiece::Kind::kContent, raw_, out);
+  emitText(OutputPiece::Kind::kContent, raw_, raw_offset_, out);
   raw_.clear();
   state_ = State::kContent;
 }
@@ -162,7 +178,7 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
       const std::string_view rest = b.substr(ws);
       if (rest.empty()) return false;
       if (rest.starts_with(kThinkOpen)) {
-        buf_.erase(0, ws + kThinkOpen.size());
+        consume(ws + kThinkOpen.size());
         state_ = State::kReasoningLead;
         return true;
       }
@@ -172,8 +188,7 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
     }
     case State::kReasoningLead:
     case State::kContentLead: {
-      const size_t ws = leadingSpace(b);
-      buf_.erase(0, ws);
+      consume(leadingSpace(b));
       if (buf_.empty()) return false;
       state_ = state_ == State::kReasoningLead ? State::kReasoning : State::kContent;
       return true;
@@ -181,20 +196,20 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
     case State::kReasoning: {
       const size_t close = b.find(kThinkClose);
       if (close != std::string_view::npos) {
-        emitText(Kind::kReasoning, trimRight(b.substr(0, close)), out);
-        buf_.erase(0, close + kThinkClose.size());
+        emitText(Kind::kReasoning, trimRight(b.substr(0, close)), buf_offset_, out);
+        consume(close + kThinkClose.size());
         state_ = State::kContentLead;
         return true;
       }
       const size_t keep = b.size() - holdBack(b, {kThinkClose}, false);
-      emitText(Kind::kReasoning, b.substr(0, keep), out);
-      buf_.erase(0, keep);
+      emitText(Kind::kReasoning, b.substr(0, keep), buf_offset_, out);
+      consume(keep);
       return false;
     }
     case State::kContent: {
       if (!options_.tool_calls) {
-        emitText(Kind::kContent, b, out);
-        buf_.clear();
+        emitText(Kind::kContent, b, buf_offset_, out);
+        consume(b.size());
         return false;
       }
       // The model sometimes omits the section marker; a lone call-begin opens one too.
@@ -204,35 +219,36 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
       if (at != std::string_view::npos) {
         const std::string_view before = b.substr(0, at);
         const std::string_view kept = trimRight(before);
-        emitText(Kind::kContent, kept, out);
+        emitText(Kind::kContent, kept, buf_offset_, out);
         const std::string_view marker = at == section ? kCallsBegin : kCallBegin;
-        raw_.assign(before.substr(kept.size())).append(marker);
-        buf_.erase(0, at + marker.size());
+        raw_.clear();
+        appendRaw(b.substr(kept.size(), at + marker.size() - kept.size()), buf_offset_ + kept.size());
+        consume(at + marker.size());
         state_ = at == section ? State::kSection : State::kCallHeader;
         return true;
       }
       const size_t keep = b.size() - holdBack(b, {kCallsBegin, kCallBegin}, false);
-      emitText(Kind::kContent, b.substr(0, keep), out);
-      buf_.erase(0, keep);
+      emitText(Kind::kContent, b.substr(0, keep), buf_offset_, out);
+      consume(keep);
       return false;
     }
     case State::kSection: {
       const size_t ws = leadingSpace(b);
       if (ws > 0) {
-        raw_.append(b.substr(0, ws));
-        buf_.erase(0, ws);
+        appendRaw(b.substr(0, ws), buf_offset_);
+        consume(ws);
         return true;
       }
       if (b.empty()) return false;
       if (b.starts_with(kCallBegin)) {
-        raw_.append(kCallBegin);
-        buf_.erase(0, kCallBegin.size());
+        appendRaw(kCallBegin, buf_offset_);
+        consume(kCallBegin.size());
         state_ = State::kCallHeader;
         return true;
       }
       if (b.starts_with(kCallsEnd)) {
         raw_.clear();
-        buf_.erase(0, kCallsEnd.size());
+        consume(kCallsEnd.size());
         state_ = State::kContentLead;
         return true;
       }
@@ -254,8 +270,8 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
       }
       const std::string_view header = trim(b.substr(0, sep));
       if (options_.syntax == ToolCallSyntax::kV3 && header == "function") {
-        raw_.append(b.substr(0, sep + kSep.size()));
-        buf_.erase(0, sep + kSep.size());
+        appendRaw(b.substr(0, sep + kSep.size()), buf_offset_);
+        consume(sep + kSep.size());
         state_ = State::kCallName;
         return true;
       }
@@ -264,7 +280,7 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
         return true;
       }
       std::string name(header);
-      buf_.erase(0, sep + kSep.size());
+      consume(sep + kSep.size());
       beginCall(std::move(name), out);
       state_ = State::kCallArgs;
       return true;
@@ -289,7 +305,7 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
         return true;
       }
       std::string n(name);
-      buf_.erase(0, at == nl ? nl + 1 : at);  // the end marker stays for kCallArgs
+      consume(at == nl ? nl + 1 : at);  // the end marker stays for kCallArgs
       beginCall(std::move(n), out);
       state_ = at == nl ? State::kCallFence : State::kCallArgs;
       return true;
@@ -300,7 +316,7 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
         // applies whether the line arrives whole or in pieces.
         const size_t nl = b.find('\n');
         if (nl != std::string_view::npos && nl < kMaxFenceLine) {
-          buf_.erase(0, nl + 1);
+          consume(nl + 1);
           fenced_ = true;
           state_ = State::kCallArgs;
           return true;
@@ -317,15 +333,15 @@ bool DeepSeekOutputParser::step(std::vector<OutputPiece>& out) {
       const size_t all_end = b.find(kCallsEnd);
       const size_t at = std::min(end, all_end);
       if (at != std::string_view::npos) {
-        endCall(finalArgs(b.substr(0, at), fenced_), out);
+        endCall(finalArgs(b.substr(0, at), fenced_), buf_offset_, out);
         const bool section_over = at == all_end && at != end;
-        buf_.erase(0, at + (section_over ? kCallsEnd.size() : kCallEnd.size()));
+        consume(at + (section_over ? kCallsEnd.size() : kCallEnd.size()));
         state_ = section_over ? State::kContentLead : State::kSection;
         return true;
       }
       const size_t keep = b.size() - holdBack(b, {kCallEnd, kCallsEnd}, true);
-      emitText(Kind::kToolCallArguments, b.substr(0, keep), out);
-      buf_.erase(0, keep);
+      emitText(Kind::kToolCallArguments, b.substr(0, keep), buf_offset_, out);
+      consume(keep);
       return false;
     }
     case State::kDone:
@@ -339,11 +355,11 @@ void DeepSeekOutputParser::finish(std::vector<OutputPiece>& out) {
   switch (state_) {
     case State::kStart:
     case State::kContent:
-      emitText(Kind::kContent, buf_, out);
+      emitText(Kind::kContent, buf_, buf_offset_, out);
       break;
     case State::kReasoningLead:
     case State::kReasoning:
-      emitText(Kind::kReasoning, trimRight(buf_), out);  // reasoning cut off (length): all of it is reasoning
+      emitText(Kind::kReasoning, trimRight(buf_), buf_offset_, out);  // reasoning cut off (length): all of it is reasoning
       break;
     case State::kContentLead:
       break;
@@ -351,17 +367,17 @@ void DeepSeekOutputParser::finish(std::vector<OutputPiece>& out) {
     case State::kCallHeader:
     case State::kCallName:
       // The stream ended before a call was named: the section is text.
-      raw_.append(buf_);
+      appendRaw(buf_, buf_offset_);
       malformed(out);
       break;
     case State::kCallFence:
     case State::kCallArgs:
-      endCall(finalArgs(buf_, fenced_), out);
+      endCall(finalArgs(buf_, fenced_), buf_offset_, out);
       break;
     case State::kDone:
       return;
   }
-  buf_.clear();
+  consume(buf_.size());
   raw_.clear();
   state_ = State::kDone;
 }

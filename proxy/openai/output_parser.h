@@ -20,7 +20,10 @@
 // Output is a sequence of pieces, in order: reasoning text, content text, and
 // for each call a begin (id "call_...", name), argument chunks, and an end. A
 // call is announced as soon as its name is complete and its arguments stream
-// as they come (without the ```json fence).
+// as they come (without the ```json fence). Every text piece is a run of the
+// pushed text as it was (`source_offset` says where it starts), so a caller
+// can tell which generated tokens produced it (the Responses API's
+// output_text logprobs cover the content's tokens only).
 //
 // Malformed tool-call text never fails: text of a tool-call section that does
 // not lead to a named call (no call marker, no separator, an implausible name,
@@ -32,6 +35,7 @@
 // Not thread-safe: one parser per reply.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -57,6 +61,7 @@ struct OutputPiece {
   enum class Kind : uint8_t { kReasoning, kContent, kToolCallBegin, kToolCallArguments, kToolCallEnd };
   Kind kind = Kind::kContent;
   std::string text;         // reasoning, content or argument text
+  size_t source_offset = 0;  // text pieces: where `text` starts in all the text pushed so far
   int32_t tool_index = -1;  // tool pieces: the call's index in the reply (0, 1, ...)
   std::string id;           // kToolCallBegin: "call_..."
   std::string name;         // kToolCallBegin
@@ -66,8 +71,8 @@ class DeepSeekOutputParser {
  public:
   explicit DeepSeekOutputParser(OutputParserOptions options = {});
 
-  // Appends the pieces the new text completes to `out` (adjacent text pieces
-  // of one kind are merged).
+  // Appends the pieces the new text completes to `out` (text pieces of one
+  // kind that are adjacent in `out` and in the pushed text are merged).
   void push(std::string_view text, std::vector<OutputPiece>& out);
   // End of stream: whatever is held back, and the end of an unterminated call.
   void finish(std::vector<OutputPiece>& out);
@@ -91,15 +96,20 @@ class DeepSeekOutputParser {
   };
 
   bool step(std::vector<OutputPiece>& out);  // one transition; false when it needs more text
-  void emitText(OutputPiece::Kind kind, std::string_view text, std::vector<OutputPiece>& out);
+  // `text` starts at `offset` of the pushed text.
+  void emitText(OutputPiece::Kind kind, std::string_view text, size_t offset, std::vector<OutputPiece>& out);
+  void consume(size_t n);                       // drops n bytes from the front of buf_
+  void appendRaw(std::string_view text, size_t offset);
   void beginCall(std::string name, std::vector<OutputPiece>& out);
-  void endCall(std::string_view args, std::vector<OutputPiece>& out);
+  void endCall(std::string_view args, size_t offset, std::vector<OutputPiece>& out);
   void malformed(std::vector<OutputPiece>& out);  // the section so far becomes content
 
   OutputParserOptions options_;
   State state_ = State::kStart;
   std::string buf_;  // text received and not yet classified
   std::string raw_;  // the current tool-call section's text since its last complete call (for malformed())
+  size_t buf_offset_ = 0;  // where buf_ starts in the pushed text
+  size_t raw_offset_ = 0;  // where raw_ starts in the pushed text
   int32_t calls_ = 0;
   bool ignoring_call_ = false;  // the current call is past max_tool_calls: parsed, not reported
   bool fenced_ = false;         // the current call's arguments opened a ``` block

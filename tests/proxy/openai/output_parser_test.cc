@@ -86,11 +86,30 @@ Reply assemble(const std::vector<OutputPiece>& pieces) {
   return r;
 }
 
+// Every text piece is the run of the pushed text its source_offset names
+// (what the Responses API's output_text logprobs rely on), and runs of one
+// piece never overlap the next.
+void expectPiecesAreRunsOfTheText(const std::vector<OutputPiece>& pieces, const std::string& text) {
+  size_t after_last = 0;
+  for (const OutputPiece& p : pieces) {
+    if (p.kind == Kind::kToolCallBegin || p.kind == Kind::kToolCallEnd) continue;
+    ASSERT_LE(p.source_offset + p.text.size(), text.size()) << p.text;
+    EXPECT_EQ(text.substr(p.source_offset, p.text.size()), p.text) << "at " << p.source_offset << " of " << text;
+    EXPECT_GE(p.source_offset, after_last) << "pieces come in the order of the text";
+    after_last = p.source_offset + p.text.size();
+  }
+}
+
 Reply parseChunks(const std::vector<std::string>& chunks, OutputParserOptions options) {
   DeepSeekOutputParser parser(options);
   std::vector<OutputPiece> pieces;
-  for (const std::string& c : chunks) parser.push(c, pieces);
+  std::string text;
+  for (const std::string& c : chunks) {
+    parser.push(c, pieces);
+    text += c;
+  }
   parser.finish(pieces);
+  expectPiecesAreRunsOfTheText(pieces, text);
   return assemble(pieces);
 }
 
@@ -296,6 +315,24 @@ TEST(OutputParser, ParallelToolCallsFalseKeepsTheFirstCall) {
   o.max_tool_calls = 1;
   const std::string text = kCallsBegin + v3Call("a", "{\"x\": 1}") + "\n" + v3Call("b", "{}") + kCallsEnd;
   expectSplitInvariant(text, o, Reply{"", "", {{"", "a", "{\"x\": 1}", true}}});
+}
+
+TEST(OutputParser, ContentAroundADroppedCallStaysTwoPiecesWithTheirOffsets) {
+  // max_tool_calls 0: the call is parsed and dropped; the content on either
+  // side is not one run of the text, so it is not merged into one piece.
+  OutputParserOptions o = withTools();
+  o.max_tool_calls = 0;
+  const std::string before = "Before";
+  const std::string call = kCallsBegin + v3Call("a", "{}") + kCallsEnd;
+  DeepSeekOutputParser parser(o);
+  std::vector<OutputPiece> pieces;
+  parser.push(before + call + "After", pieces);
+  parser.finish(pieces);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].text, "Before");
+  EXPECT_EQ(pieces[0].source_offset, 0u);
+  EXPECT_EQ(pieces[1].text, "After");
+  EXPECT_EQ(pieces[1].source_offset, before.size() + call.size());
 }
 
 TEST(OutputParser, SplitsAtCharacterBoundariesMatchWhole) {
