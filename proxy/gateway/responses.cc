@@ -150,6 +150,8 @@ void Gateway::continueResponse(const HttpRequest& request, std::shared_ptr<Excha
   ro.stream = parsed->stream;
   ro.echo = parsed->echo;
   ro.parser = parser;
+  ro.logprobs = sampling->logprobs;
+  ro.tokenizer = &tokenizer_;
   ro.params = parsed->params;
   ro.retry = generation_.retry();
   plan.responder = [ro = std::move(ro)](openai::UsageCostHook cost) mutable {

@@ -48,6 +48,49 @@ json chatLogprob(const text::Tokenizer& tokenizer, const serving::SampledToken& 
               {"top_logprobs", std::move(top)}};
 }
 
+json responsesEventLogprob(const text::Tokenizer& tokenizer, const serving::SampledToken& token) {
+  json top = json::array();
+  for (const serving::TokenLogprob& alt : token.top) {
+    top.push_back(json{{"token", lossy(tokenizer.tokenBytes(alt.token))}, {"logprob", finiteLogprob(alt.logprob)}});
+  }
+  return json{{"token", lossy(tokenizer.tokenBytes(token.token))},
+              {"logprob", finiteLogprob(token.logprob)},
+              {"top_logprobs", std::move(top)}};
+}
+
+void TokenTextSpans::add(serving::SampledToken token) {
+  const int32_t id = token.token;
+  spans_.push_back(Span{std::move(token), decoded_, decoded_, false});
+  ++open_;
+  const size_t text = decoder_.push(id).size();
+  if (text == 0) return;
+  // The text completes the character every open token contributed to: they
+  // all span it.
+  decoded_ += text;
+  for (size_t i = spans_.size() - open_; i < spans_.size(); ++i) spans_[i].end = decoded_;
+  open_ = 0;
+}
+
+void TokenTextSpans::finish() {
+  decoded_ += decoder_.flush().size();
+  for (size_t i = spans_.size() - open_; i < spans_.size(); ++i) spans_[i].end = decoded_;
+  open_ = 0;
+}
+
+std::vector<serving::SampledToken> TokenTextSpans::take(size_t begin, size_t end) {
+  const size_t closed = spans_.size() - open_;
+  size_t forget = 0;
+  while (forget < closed && spans_[forget].end <= begin) ++forget;
+  spans_.erase(spans_.begin(), spans_.begin() + static_cast<std::ptrdiff_t>(forget));
+  std::vector<serving::SampledToken> out;
+  for (size_t i = 0; i < spans_.size() - open_ && spans_[i].begin < end; ++i) {
+    if (spans_[i].taken) continue;
+    spans_[i].taken = true;
+    out.push_back(std::move(spans_[i].token));  // never read again
+  }
+  return out;
+}
+
 std::string completionTokenText(const text::Tokenizer& tokenizer, int32_t id) {
   const std::string bytes = tokenizer.tokenBytes(id);
   if (utf8::isValid(bytes)) return bytes;

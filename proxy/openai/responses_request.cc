@@ -294,8 +294,8 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   // Sampling.
   detail::readSampling(r, out.sampling);
   detail::readMaxTokens(r, "max_output_tokens", 1, out.sampling);
-  int64_t top = 0;
-  if (r.integer("top_logprobs", top, 0, 20) && top > 0) addOnce(out.ignored, "top_logprobs");
+  int64_t top_logprobs = 0;
+  const bool has_top_logprobs = r.integer("top_logprobs", top_logprobs, 0, 20);
   int64_t max_tool_calls = 0;
   if (r.integer("max_tool_calls", max_tool_calls, 0, INT32_MAX)) {
     out.prompt.max_tool_calls = static_cast<int32_t>(max_tool_calls);
@@ -331,18 +331,24 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
     if (!reasoning->is_object()) return wrongType("reasoning", "an object", *reasoning);
     echo["reasoning"] = *reasoning;
   }
+  bool output_text_logprobs = false;
   if (const json* include = r.find("include")) {
     if (!include->is_array()) return wrongType("include", "an array", *include);
     for (size_t k = 0; k < include->size(); ++k) {
       if (!(*include)[k].is_string()) return wrongType(indexPath("include", k), "a string", (*include)[k]);
-      // Not filled yet: refused rather than answered without them.
-      if ((*include)[k] == "message.output_text.logprobs") {
-        return invalidRequest(indexPath("include", k), "unsupported_value",
-                              "message.output_text.logprobs is not supported by this server yet; use Chat "
-                              "Completions with logprobs");
-      }
+      if ((*include)[k] == "message.output_text.logprobs") output_text_logprobs = true;
     }
   }
+  // top_logprobs only says how many alternatives the included logprobs list.
+  // Without the include OpenAI accepts it and nothing shows it; here too, and
+  // the alternatives are not computed.
+  out.sampling.options.logprobs = output_text_logprobs;
+  if (output_text_logprobs) {
+    out.sampling.options.top_logprobs = static_cast<int32_t>(top_logprobs);
+  } else if (has_top_logprobs && top_logprobs > 0) {
+    addOnce(out.ignored, "top_logprobs");
+  }
+  echo["top_logprobs"] = top_logprobs;
   echo["metadata"] = json::object();
   if (const json* metadata = r.find("metadata")) {
     if (!metadata->is_object()) return wrongType("metadata", "an object", *metadata);

@@ -41,12 +41,13 @@ struct ParsedResponsesRequest {
   std::string prompt_cache_key;
   // Tool types left out of the prompt, each once, in request order.
   std::vector<std::string> hosted_tools;
-  // Fields and input items accepted without effect ("top_logprobs",
-  // "input item web_search_call", ...), each once.
+  // Fields and input items accepted without effect ("top_logprobs" without
+  // the message.output_text.logprobs include, "input item web_search_call",
+  // ...), each once.
   std::vector<std::string> ignored;
   // The request fields a response object repeats (instructions, tools,
-  // tool_choice, temperature, top_p, max_output_tokens, parallel_tool_calls,
-  // previous_response_id, reasoning, store, text, truncation, metadata, user,
+  // tool_choice, temperature, top_p, top_logprobs, max_output_tokens,
+  // parallel_tool_calls, previous_response_id, reasoning, store, text, truncation, metadata, user,
   // prompt_cache_key), with OpenAI's defaults filled in.
   nlohmann::json echo = nlohmann::json::object();
 };

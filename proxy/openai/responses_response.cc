@@ -15,6 +15,7 @@ ResponsesResponder::ResponsesResponder(ResponsesResponderOptions options)
   if (o_.meta.id.empty()) o_.meta.id = newId("resp_");
   if (o_.meta.created == 0) o_.meta.created = unixSeconds();
   if (!o_.echo.is_object()) o_.echo = json::object();
+  if (o_.logprobs && o_.tokenizer != nullptr) token_spans_.emplace(*o_.tokenizer);
 }
 
 json ResponsesResponder::responseObject(std::string_view status) const {
@@ -62,6 +63,8 @@ void ResponsesResponder::openItem(ItemKind kind, const OutputPiece* call) {
   const size_t index = output_.size();
   open_ = kind;
   item_text_.clear();
+  item_logprobs_ = json::array();
+  item_event_logprobs_ = json::array();
   switch (kind) {
     case ItemKind::kReasoning:
       item_id_ = outputItemId("rs_", o_.meta.id, index);
@@ -116,10 +119,10 @@ void ResponsesResponder::closeItem(bool complete) {
     }
     case ItemKind::kMessage: {
       const json part = json{{"type", "output_text"}, {"text", item_text_}, {"annotations", json::array()},
-                             {"logprobs", json::array()}};
+                             {"logprobs", std::move(item_logprobs_)}};
       emit("response.output_text.done",
            json{{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"text", item_text_},
-                {"logprobs", json::array()}});
+                {"logprobs", std::move(item_event_logprobs_)}});
       emit("response.content_part.done",
            json{{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"part", part}});
       item = json{{"id", item_id_}, {"type", "message"}, {"status", status}, {"role", "assistant"},
@@ -139,15 +142,26 @@ void ResponsesResponder::closeItem(bool complete) {
   output_.push_back(std::move(item));
   open_ = ItemKind::kNone;
   item_text_.clear();
+  item_logprobs_ = json::array();
+  item_event_logprobs_ = json::array();
 }
 
-void ResponsesResponder::appendText(ItemKind kind, std::string_view text) {
+void ResponsesResponder::appendText(ItemKind kind, std::string_view text, size_t offset) {
   if (text.empty()) return;
   if (open_ != kind) {
     closeItem(true);
     openItem(kind, nullptr);
   }
   item_text_.append(text);
+  json delta_logprobs = json::array();
+  if (kind == ItemKind::kMessage && token_spans_) {
+    for (const serving::SampledToken& t : token_spans_->take(offset, offset + text.size())) {
+      item_logprobs_.push_back(chatLogprob(*o_.tokenizer, t));
+      json event_logprob = responsesEventLogprob(*o_.tokenizer, t);
+      item_event_logprobs_.push_back(event_logprob);
+      delta_logprobs.push_back(std::move(event_logprob));
+    }
+  }
   if (!o_.stream) return;
   const size_t index = output_.size();
   if (kind == ItemKind::kReasoning) {
@@ -155,7 +169,7 @@ void ResponsesResponder::appendText(ItemKind kind, std::string_view text) {
          json{{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"delta", text}});
   } else if (kind == ItemKind::kMessage) {
     emit("response.output_text.delta", json{{"item_id", item_id_}, {"output_index", index}, {"content_index", 0},
-                                            {"delta", text}, {"logprobs", json::array()}});
+                                            {"delta", text}, {"logprobs", std::move(delta_logprobs)}});
   } else if (kind == ItemKind::kFunctionCall) {
     emit("response.function_call_arguments.delta",
          json{{"item_id", item_id_}, {"output_index", index}, {"delta", text}});
@@ -167,10 +181,10 @@ void ResponsesResponder::apply(const std::vector<OutputPiece>& pieces) {
   for (const OutputPiece& p : pieces) {
     switch (p.kind) {
       case Kind::kReasoning:
-        appendText(ItemKind::kReasoning, p.text);
+        appendText(ItemKind::kReasoning, p.text, p.source_offset);
         break;
       case Kind::kContent:
-        appendText(ItemKind::kMessage, p.text);
+        appendText(ItemKind::kMessage, p.text, p.source_offset);
         break;
       case Kind::kToolCallBegin:
         closeItem(true);
@@ -180,7 +194,7 @@ void ResponsesResponder::apply(const std::vector<OutputPiece>& pieces) {
         break;
       case Kind::kToolCallArguments:
         if (open_ == ItemKind::kFunctionCall && p.tool_index == open_tool_index_) {
-          appendText(ItemKind::kFunctionCall, p.text);
+          appendText(ItemKind::kFunctionCall, p.text, p.source_offset);
         }
         break;
       case Kind::kToolCallEnd:
@@ -197,6 +211,11 @@ ResponderOutput ResponsesResponder::onEvent(const serving::StreamEvent& event) {
     return out;
   }
   out_ = start();
+  if (token_spans_) {
+    // Before the pieces their text makes are applied.
+    for (const serving::SampledToken& t : event.logprobs) token_spans_->add(t);
+    if (event.final) token_spans_->finish();
+  }
   const bool was_reasoning = parser_.inReasoning();
   std::vector<OutputPiece> pieces;
   parser_.push(event.text, pieces);

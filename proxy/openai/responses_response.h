@@ -18,17 +18,27 @@
 //       response.function_call_arguments.done, response.output_item.done
 //   response.completed | response.incomplete (max_output_tokens) | response.failed
 //
+// With `include: ["message.output_text.logprobs"]` (options.logprobs) each
+// output_text part carries the log-probabilities of the tokens of its text,
+// in OpenAI's shape ({token, logprob, bytes, top_logprobs}); each
+// response.output_text.delta those of its delta's tokens, and
+// response.output_text.done all of the part's, as OpenAI's ResponseLogProb
+// (no bytes). Reasoning and tool-call tokens are in no output_text, so their
+// log-probabilities are not reported. Without it, `logprobs` is [].
+//
 // The final response object carries `usage` (input_tokens,
 // input_tokens_details.cached_tokens, output_tokens,
 // output_tokens_details.reasoning_tokens, total_tokens) and repeats the
 // request's settings (ParsedResponsesRequest::echo). No `data: [DONE]`.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/openai/logprobs.h"
 #include "proxy/openai/output_parser.h"
 #include "proxy/openai/responder.h"
 #include "proxy/openai/usage.h"
@@ -40,6 +50,8 @@ struct ResponsesResponderOptions {
   bool stream = false;
   nlohmann::json echo = nlohmann::json::object();  // ParsedResponsesRequest::echo
   OutputParserOptions parser;
+  bool logprobs = false;                       // include message.output_text.logprobs (top_logprobs come with the events)
+  const text::Tokenizer* tokenizer = nullptr;  // token text for logprobs; required when logprobs
   ParamNames params{"input", "max_output_tokens", "top_logprobs"};
   RetryAfter retry;
   UsageCostHook cost;
@@ -72,10 +84,12 @@ class ResponsesResponder final : public Responder {
   void apply(const std::vector<OutputPiece>& pieces);
   void openItem(ItemKind kind, const OutputPiece* call);
   void closeItem(bool complete);
-  void appendText(ItemKind kind, std::string_view text);
+  // `offset`: where the text starts in the reply's text (OutputPiece::source_offset).
+  void appendText(ItemKind kind, std::string_view text, size_t offset);
 
   ResponsesResponderOptions o_;
   DeepSeekOutputParser parser_;
+  std::optional<TokenTextSpans> token_spans_;  // with logprobs
   bool started_ = false;
   bool done_ = false;
   int64_t sequence_ = 0;
@@ -87,6 +101,10 @@ class ResponsesResponder final : public Responder {
   ItemKind open_ = ItemKind::kNone;
   std::string item_id_;
   std::string item_text_;  // its text or arguments so far
+  // A message's logprobs so far, as its output_text part and as the
+  // streaming events write them.
+  nlohmann::json item_logprobs_ = nlohmann::json::array();
+  nlohmann::json item_event_logprobs_ = nlohmann::json::array();
   std::string call_id_, call_name_;
   int32_t open_tool_index_ = -1;
   bool called_tools_ = false;

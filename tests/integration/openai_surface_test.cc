@@ -1,12 +1,16 @@
 // The parts of the OpenAI surface agent SDKs use beyond a plain request,
 // through the whole server over TLS: GET /v1/models/{id}, Responses
-// item_reference resolved from stored responses, truncation "auto", and the
+// item_reference resolved from stored responses, truncation "auto", the
 // fields OpenAI's schema requires in a response (usage's cache_write_tokens,
-// a function tool's echoed strict).
+// a function tool's echoed strict), and Responses output_text logprobs.
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 
+#include "common/utf8.h"
 #include "tests/integration/curl_client.h"
 #include "tests/integration/harness.h"
 
@@ -33,6 +37,56 @@ class OpenAiSurfaceTest : public ::testing::Test {
   std::unique_ptr<test::Harness> harness_;
   std::string key_;
 };
+
+struct SseEvent {
+  std::string type;
+  json data;
+};
+
+std::vector<SseEvent> parseSse(const std::string& body) {
+  std::vector<SseEvent> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    SseEvent e;
+    size_t line = pos;
+    while (line < end) {
+      size_t eol = body.find('\n', line);
+      if (eol == std::string::npos || eol > end) eol = end;
+      const std::string_view l(body.data() + line, eol - line);
+      if (l.starts_with("event: ")) e.type = l.substr(7);
+      if (l.starts_with("data: ")) e.data = json::parse(l.substr(6), nullptr, false);
+      line = eol + 1;
+    }
+    if (!e.type.empty()) out.push_back(std::move(e));
+    pos = end + 2;
+  }
+  return out;
+}
+
+// An output_text part's logprobs as OpenAI shapes them: every token with its
+// bytes, a log-probability <= 0 and `top` alternatives, and the tokens' bytes
+// decoded as the scheduler decodes them (invalid UTF-8 as U+FFFD: the model
+// has random weights) are the part's text. Returns how many tokens.
+size_t expectOutputTextLogprobs(const json& part, size_t top) {
+  EXPECT_EQ(part["type"], "output_text");
+  std::string bytes;
+  for (const json& lp : part["logprobs"]) {
+    EXPECT_LE(lp["logprob"].get<double>(), 0.0) << lp;
+    EXPECT_TRUE(lp["token"].is_string());
+    for (const json& b : lp["bytes"]) bytes += static_cast<char>(b.get<int>());
+    EXPECT_EQ(lp["top_logprobs"].size(), top) << lp;
+    for (const json& alt : lp["top_logprobs"]) {
+      EXPECT_LE(alt["logprob"].get<double>(), 0.0) << alt;
+      EXPECT_TRUE(alt["bytes"].is_array());
+    }
+  }
+  std::string decoded;
+  utf8::appendLossy(decoded, bytes);
+  EXPECT_EQ(decoded, part["text"].get<std::string>());
+  return part["logprobs"].size();
+}
 
 TEST_F(OpenAiSurfaceTest, ModelsRetrieveReturnsEachListedModelAnd404Otherwise) {
   const json list = json::parse(call("GET", "/v1/models").body);
@@ -112,6 +166,90 @@ TEST_F(OpenAiSurfaceTest, EchoedFunctionToolsCarryStrict) {
   EXPECT_EQ(echoed[0]["strict"], true);  // the Responses API's default
   EXPECT_EQ(echoed[1]["strict"], false);
   EXPECT_TRUE(echoed[1]["parameters"].is_null());
+}
+
+TEST_F(OpenAiSurfaceTest, ResponsesReportOutputTextLogprobsBlockingAndStreamed) {
+  // No tools and no reasoning: every generated token is output text, and the
+  // harness has no end-of-sequence id, so there are max_output_tokens of them.
+  const json body = {{"model", "demo"},
+                     {"input", "Tell me about the sea."},
+                     {"max_output_tokens", 12},
+                     {"include", json::array({"message.output_text.logprobs"})},
+                     {"top_logprobs", 3}};
+  const CurlReply blocking = call("POST", "/v1/responses", body);
+  ASSERT_EQ(blocking.status, 200) << blocking.body;
+  const json response = json::parse(blocking.body);
+  EXPECT_EQ(response["top_logprobs"], 3);
+  ASSERT_EQ(response["usage"]["output_tokens_details"]["reasoning_tokens"], 0) << "the reply opened <think>";
+  size_t tokens = 0;
+  for (const json& item : response["output"]) {
+    ASSERT_EQ(item["type"], "message") << item;
+    for (const json& part : item["content"]) tokens += expectOutputTextLogprobs(part, 3);
+  }
+  EXPECT_EQ(tokens, response["usage"]["output_tokens"].get<size_t>());
+  EXPECT_EQ(tokens, 12u);
+
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const CurlReply streamed = call("POST", "/v1/responses", streamed_body);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  size_t delta_tokens = 0, done_tokens = 0, part_tokens = 0;
+  std::string delta_text;
+  json completed;
+  for (const SseEvent& e : parseSse(streamed.body)) {
+    if (e.type == "response.output_text.delta") {
+      delta_text += e.data["delta"].get<std::string>();
+      for (const json& lp : e.data["logprobs"]) {
+        EXPECT_LE(lp["logprob"].get<double>(), 0.0);
+        EXPECT_EQ(lp["top_logprobs"].size(), 3u);
+        ++delta_tokens;
+      }
+    } else if (e.type == "response.output_text.done") {
+      done_tokens += e.data["logprobs"].size();
+    } else if (e.type == "response.content_part.done") {
+      part_tokens += expectOutputTextLogprobs(e.data["part"], 3);
+    } else if (e.type == "response.completed" || e.type == "response.incomplete") {
+      completed = e.data["response"];
+    }
+  }
+  ASSERT_TRUE(completed.is_object()) << streamed.body;
+  ASSERT_EQ(completed["usage"]["output_tokens_details"]["reasoning_tokens"], 0);
+  EXPECT_EQ(delta_tokens, 12u);
+  EXPECT_EQ(done_tokens, 12u);
+  EXPECT_EQ(part_tokens, 12u);
+  std::string text;
+  for (const json& item : completed["output"]) {
+    for (const json& part : item["content"]) {
+      expectOutputTextLogprobs(part, 3);
+      text += part["text"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(delta_text, text);
+
+  // Under a response format the reported logprobs are the constrained
+  // distribution's; the shape is the same.
+  json constrained = body;
+  constrained["text"] = {{"format", {{"type", "json_object"}}}};
+  const CurlReply json_reply = call("POST", "/v1/responses", constrained);
+  ASSERT_EQ(json_reply.status, 200) << json_reply.body;
+  const json json_response = json::parse(json_reply.body);
+  size_t json_tokens = 0;
+  for (const json& item : json_response["output"]) {
+    for (const json& part : item["content"]) json_tokens += expectOutputTextLogprobs(part, 3);
+  }
+  EXPECT_EQ(json_tokens, json_response["usage"]["output_tokens"].get<size_t>());
+
+  // Without the include: `logprobs: []`, and a top_logprobs alone is
+  // accepted and named as having no effect.
+  json plain = body;
+  plain.erase("include");
+  const CurlReply without = call("POST", "/v1/responses", plain);
+  ASSERT_EQ(without.status, 200) << without.body;
+  for (const json& item : json::parse(without.body)["output"]) {
+    for (const json& part : item["content"]) EXPECT_EQ(part["logprobs"], json::array());
+  }
+  ASSERT_TRUE(without.header("x-latentgate-ignored").has_value());
+  EXPECT_NE(without.header("x-latentgate-ignored")->find("top_logprobs"), std::string::npos);
 }
 
 }  // namespace

@@ -685,6 +685,32 @@ TEST(ResponsesRequest, ToolChoiceFormatsAndCustomCalls) {
   EXPECT_EQ(r.ignored, std::vector<std::string>{"top_logprobs"});
 }
 
+TEST(ResponsesRequest, OutputTextLogprobsIncludeAsksForLogprobsWithTopLogprobsAlternatives) {
+  ParsedResponsesRequest r = responsesOk(
+      responsesBody({{"include", json::array({"reasoning.encrypted_content", "message.output_text.logprobs"})},
+                     {"top_logprobs", 4}}));
+  EXPECT_TRUE(r.sampling.options.logprobs);
+  EXPECT_EQ(r.sampling.options.top_logprobs, 4);
+  EXPECT_TRUE(r.ignored.empty());
+  EXPECT_EQ(r.echo["top_logprobs"], 4);
+
+  r = responsesOk(responsesBody({{"include", json::array({"message.output_text.logprobs"})}}));
+  EXPECT_TRUE(r.sampling.options.logprobs);
+  EXPECT_EQ(r.sampling.options.top_logprobs, 0);
+  EXPECT_EQ(r.echo["top_logprobs"], 0);
+
+  // Without the include nothing reports logprobs: top_logprobs is accepted
+  // (as OpenAI does), costs nothing and is named as ignored.
+  r = responsesOk(responsesBody({{"top_logprobs", 20}}));
+  EXPECT_FALSE(r.sampling.options.logprobs);
+  EXPECT_EQ(r.sampling.options.top_logprobs, 0);
+  EXPECT_EQ(r.ignored, std::vector<std::string>{"top_logprobs"});
+  EXPECT_EQ(r.echo["top_logprobs"], 20);
+  r = responsesOk(responsesBody());
+  EXPECT_FALSE(r.sampling.options.logprobs);
+  EXPECT_TRUE(r.ignored.empty());
+}
+
 TEST(ResponsesRequest, Refusals) {
   auto withInput = [](json input) { return responsesBody({{"input", input}}); };
   const std::vector<ErrorCase> cases = {
@@ -733,6 +759,9 @@ TEST(ResponsesRequest, Refusals) {
       {"tool_choice function not among tools", responsesBody({{"tool_choice", {{"type", "function"}, {"name", "f"}}}}),
        "tool_choice", "invalid_value"},
       {"include of numbers", responsesBody({{"include", json::array({1})}}), "include[0]", "invalid_type"},
+      {"top_logprobs 21", responsesBody({{"include", json::array({"message.output_text.logprobs"})}, {"top_logprobs", 21}}),
+       "top_logprobs", "integer_above_max_value"},
+      {"top_logprobs -1", responsesBody({{"top_logprobs", -1}}), "top_logprobs", "integer_below_min_value"},
       {"reasoning a string", responsesBody({{"reasoning", "high"}}), "reasoning", "invalid_type"},
   };
   for (const ErrorCase& c : cases) {

@@ -2,6 +2,7 @@
 // with logprobs and echo, the Responses object and its event sequence, SSE
 // framing, usage (hit + miss = prompt, the cost hook), finish reasons and the
 // mapping of scheduler refusals and final events to OpenAI errors.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -757,6 +758,152 @@ TEST(ResponsesResponse, FailureEndsTheStream) {
   EXPECT_EQ(events[2].data["response"]["status"], "failed");
   EXPECT_EQ(events[2].data["response"]["error"]["code"], "rate_limit_exceeded");
   EXPECT_EQ(events[2].data["sequence_number"], 2);
+}
+
+// ------------------------------------------------- responses: output_text logprobs
+
+// A delta event of `text` as the scheduler makes it with logprobs: the
+// text's own tokens, each with a log-probability and two alternatives.
+StreamEvent tokensEvent(const std::string& text, float& next_logprob) {
+  StreamEvent e;
+  e.text = text;
+  auto ids = tokenizer().encode(text);
+  EXPECT_TRUE(ids.isOk());
+  for (int32_t id : *ids) {
+    e.token_ids.push_back(id);
+    const float lp = next_logprob;
+    next_logprob -= 0.125f;
+    e.logprobs.push_back({id, lp, {{id, lp}, {1, lp - 2.0f}}});
+  }
+  return e;
+}
+
+std::string tokenBytesOf(const json& logprobs) {
+  std::string bytes;
+  for (const json& lp : logprobs) {
+    for (const json& b : lp["bytes"]) bytes += static_cast<char>(b.get<int>());
+  }
+  return bytes;
+}
+
+ResponsesResponderOptions responsesLogprobOptions(bool stream) {
+  ResponsesResponderOptions o = responsesOptions(stream);
+  o.logprobs = true;
+  o.tokenizer = &tokenizer();
+  return o;
+}
+
+TEST(ResponsesResponse, OutputTextLogprobsCoverEachMessagesContentTokensOnly) {
+  // Reasoning, a message, a call, and a second message: only the two
+  // messages' tokens are reported, each in its own output_text part.
+  ResponsesResponder r(responsesLogprobOptions(true));
+  std::string bytes = r.start();
+  float next = -0.125f;
+  size_t content_tokens = 0;
+  const std::vector<std::string> chunks = {"<think>Plan: call it.</think>", "\n\n", "Sure,", " checking.",
+                                           kCallsBegin + kCallBegin + "function" + kSep + "get_weather\n```json\n",
+                                           "{\"city\": \"Paris\"}\n```" + kCallEnd + kCallsEnd, "Done", " now."};
+  for (const std::string& chunk : chunks) {
+    StreamEvent e = tokensEvent(chunk, next);
+    if (chunk == "Sure," || chunk == " checking." || chunk == "Done" || chunk == " now.") content_tokens += e.logprobs.size();
+    bytes += r.onEvent(e).body;
+  }
+  bytes += r.onEvent(finalEvent(FinishReason::kStop, usage(10, 0, 0, 40))).body;
+  const std::vector<Sse> events = parseSse(bytes);
+
+  const json& output = events.back().data["response"]["output"];
+  ASSERT_EQ(output.size(), 4u);  // reasoning, message, function_call, message
+  size_t reported = 0;
+  for (size_t index : {1u, 3u}) {
+    const json& part = output[index]["content"][0];
+    const json& logprobs = part["logprobs"];
+    ASSERT_FALSE(logprobs.empty()) << index;
+    EXPECT_EQ(tokenBytesOf(logprobs), part["text"].get<std::string>()) << "the part's tokens spell its text";
+    for (const json& lp : logprobs) {
+      EXPECT_LE(lp["logprob"].get<double>(), 0.0);
+      ASSERT_EQ(lp["top_logprobs"].size(), 2u);
+      EXPECT_TRUE(lp["top_logprobs"][1].contains("bytes"));
+    }
+    reported += logprobs.size();
+  }
+  EXPECT_EQ(reported, content_tokens) << "reasoning and tool-call tokens are in no output_text";
+  EXPECT_EQ(output[1]["content"][0]["text"], "Sure, checking.");
+  EXPECT_EQ(output[3]["content"][0]["text"], "Done now.");
+
+  // The stream: each delta carries its own tokens (OpenAI's ResponseLogProb,
+  // without bytes); .done and content_part.done the whole part's.
+  std::map<int, json> delta_logprobs;
+  std::map<int, std::string> delta_text;
+  for (const Sse& e : events) {
+    const int index = e.data.value("output_index", -1);
+    if (e.event == "response.output_text.delta") {
+      for (const json& lp : e.data["logprobs"]) {
+        EXPECT_FALSE(lp.contains("bytes"));
+        EXPECT_EQ(lp["top_logprobs"].size(), 2u);
+        delta_logprobs[index].push_back(lp);
+      }
+      delta_text[index] += e.data["delta"].get<std::string>();
+    }
+    if (e.event == "response.output_text.done") {
+      const json& part_logprobs = output[index]["content"][0]["logprobs"];
+      ASSERT_EQ(e.data["logprobs"].size(), part_logprobs.size());
+      for (size_t k = 0; k < part_logprobs.size(); ++k) {
+        EXPECT_EQ(e.data["logprobs"][k]["token"], part_logprobs[k]["token"]);
+        EXPECT_EQ(e.data["logprobs"][k]["logprob"], part_logprobs[k]["logprob"]);
+      }
+      EXPECT_EQ(e.data["logprobs"], delta_logprobs[index]) << "the deltas' logprobs add up to the part's";
+    }
+    if (e.event == "response.content_part.done" && e.data["part"]["type"] == "output_text") {
+      EXPECT_EQ(e.data["part"], output[index]["content"][0]);
+    }
+  }
+  EXPECT_EQ(delta_text[1], "Sure, checking.");
+  EXPECT_EQ(delta_text[3], "Done now.");
+}
+
+int32_t singleByteToken(uint8_t byte) {
+  for (int32_t id = 0; id < tokenizer().vocabSize(); ++id) {
+    if (tokenizer().tokenBytes(id) == std::string(1, static_cast<char>(byte))) return id;
+  }
+  ADD_FAILURE() << "no token for byte " << static_cast<int>(byte);
+  return 0;
+}
+
+TEST(ResponsesResponse, OutputTextLogprobsKeepTheTokensOfASplitCharacterAndDropAStopString) {
+  // "好" (e5 a5 bd) as three byte tokens: the first event has no text (the
+  // scheduler holds the partial character back), the second all of it. Then
+  // " stop" is a stop string: its token made no text, and is not reported.
+  ResponsesResponder r(responsesLogprobOptions(false));
+  StreamEvent first;
+  first.token_ids = {singleByteToken(0xe5)};
+  first.logprobs.push_back({first.token_ids[0], -1.0f, {}});
+  EXPECT_EQ(r.onEvent(first).body, "");
+  StreamEvent second;
+  second.text = "好";
+  second.token_ids = {singleByteToken(0xa5), singleByteToken(0xbd)};
+  for (int32_t id : second.token_ids) second.logprobs.push_back({id, -0.5f, {}});
+  EXPECT_EQ(r.onEvent(second).body, "");
+  float next = -0.25f;
+  StreamEvent stop = tokensEvent(" stop", next);
+  stop.text.clear();  // the stop string is cut from the text
+  stop.final = true;
+  stop.finish_reason = FinishReason::kStop;
+  stop.usage = usage(4, 0, 0, 4);
+  const json body = json::parse(r.onEvent(stop).body);
+  const json& part = body["output"][0]["content"][0];
+  EXPECT_EQ(part["text"], "好");
+  ASSERT_EQ(part["logprobs"].size(), 3u) << part;
+  EXPECT_EQ(tokenBytesOf(part["logprobs"]), "好");
+  EXPECT_EQ(part["logprobs"][0]["logprob"], -1.0);
+  EXPECT_EQ(part["logprobs"][0]["top_logprobs"], json::array());
+}
+
+TEST(ResponsesResponse, WithoutTheIncludeOutputTextLogprobsAreEmpty) {
+  ResponsesResponder r(responsesOptions(false));
+  float next = -0.125f;
+  r.onEvent(tokensEvent("Hello", next));  // logprobs in the events are not asked for here
+  const json body = json::parse(r.onEvent(finalEvent(FinishReason::kStop, usage(3, 0, 0, 1))).body);
+  EXPECT_EQ(body["output"][0]["content"][0]["logprobs"], json::array());
 }
 
 TEST(Sse, Framing) {
