@@ -119,6 +119,53 @@ test('responses, not streamed and streamed', async () => {
   checkFinish(completed.status === 'incomplete' ? 'length' : 'stop', completed.usage.output_tokens, 4);
 });
 
+// include: ["message.output_text.logprobs"] with top_logprobs, in the
+// shapes the SDK types: an output_text part's logprobs with bytes, the
+// stream's delta and done events' without. A reply that ends at EOS counts
+// the EOS token in output_tokens, and it is no text.
+function checkOutputTextLogprobs(part, top) {
+  assert.equal(part.type, 'output_text');
+  for (const lp of part.logprobs) {
+    assert.equal(typeof lp.token, 'string');
+    assert.ok(lp.logprob <= 0, `${lp.logprob}`);
+    assert.ok(Array.isArray(lp.bytes));
+    assert.equal(lp.top_logprobs.length, top);
+    for (const alt of lp.top_logprobs) assert.ok(alt.logprob <= 0 && Array.isArray(alt.bytes));
+  }
+  assert.equal(Buffer.from(part.logprobs.flatMap((lp) => lp.bytes)).toString('utf8'), part.text);
+  return part.logprobs.length;
+}
+
+test('responses with output_text logprobs, not streamed and streamed', async () => {
+  const body = { model: server.model, input: 'Hello', max_output_tokens: 5, include: ['message.output_text.logprobs'], top_logprobs: 2 };
+  const r = await clientA.responses.create(body);
+  assert.equal(r.top_logprobs, 2);
+  let tokens = 0;
+  for (const item of r.output) {
+    if (item.type === 'message') for (const part of item.content) tokens += checkOutputTextLogprobs(part, 2);
+  }
+  const reasoning = r.usage.output_tokens_details.reasoning_tokens;
+  assert.ok(tokens >= r.usage.output_tokens - reasoning - 1 && tokens <= r.usage.output_tokens - reasoning, `${tokens} of ${r.usage.output_tokens}`);
+
+  const stream = await clientA.responses.create({ ...body, stream: true });
+  let deltas = 0, done = 0, completed = null;
+  for await (const event of stream) {
+    if (event.type === 'response.output_text.delta') {
+      for (const lp of event.logprobs) assert.ok(lp.logprob <= 0 && lp.top_logprobs.length === 2);
+      deltas += event.logprobs.length;
+    }
+    if (event.type === 'response.output_text.done') done += event.logprobs.length;
+    if (event.type === 'response.completed' || event.type === 'response.incomplete') completed = event.response;
+  }
+  assert.ok(completed !== null);
+  let parts = 0;
+  for (const item of completed.output) {
+    if (item.type === 'message') for (const part of item.content) parts += checkOutputTextLogprobs(part, 2);
+  }
+  assert.equal(deltas, parts);
+  assert.equal(done, parts);
+});
+
 test('stored responses: previous_response_id continues from the cache; store:false, other keys, GET, DELETE', async () => {
   const instructions = 'You are a careful coding agent. Read before you write, and say what you changed. '.repeat(40);
   const first = await clientA.responses.create({
