@@ -124,6 +124,9 @@ void SharedPrefixPublisher::publish(const HttpRequest& request, std::shared_ptr<
                                                                  "Send the prefix as `messages` or as `prompt`"));
   }
   if (!body->contains("model")) (*body)["model"] = options_.model_id;
+  // `namespace` is this route's own field; the endpoints' parsers refuse
+  // fields they do not know.
+  body->erase("namespace");
   std::vector<int32_t> ids;
   openai::ParamNames params;
   if (chat) {

@@ -26,7 +26,7 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   auto reply = structured_.describeChat(parsed->prompt, parser, request.body);
   if (!reply) return respondWithApiError(*exchange, reply.error());
 
-  GenerationPlan plan = newPlan(openai::newId("chatcmpl-"), parsed->model, parsed->stream, parsed->ignored, {});
+  GenerationPlan plan = newPlan(openai::newId("chatcmpl-"), parsed->model, parsed->stream, {}, parsed->hosted_tools);
   plan.system_prompt = systemPromptOf(who, parsed->prompt);
   plan.params = parsed->params;
   openai::ChatResponderOptions ro;

@@ -22,7 +22,7 @@ void Gateway::completions(const HttpRequest& request, std::shared_ptr<Exchange> 
   auto reply = structured_.describeFormat(parsed->format, request.body);
   if (!reply) return respondWithApiError(*exchange, reply.error());
 
-  GenerationPlan plan = newPlan(openai::newId("cmpl-"), parsed->model, parsed->stream, parsed->ignored, {});
+  GenerationPlan plan = newPlan(openai::newId("cmpl-"), parsed->model, parsed->stream, {}, {});
   plan.params = parsed->params;
   openai::CompletionResponderOptions ro;
   const size_t n = parsed->prompts.size();

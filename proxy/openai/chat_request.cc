@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/openai/common_fields.h"
 #include "proxy/openai/json_fields.h"
 #include "proxy/openai/parse_common.h"
 
@@ -112,6 +113,21 @@ ApiResult<ChatMessage> parseMessage(const json& m, const std::string& path) {
   return msg;
 }
 
+// Every field of OpenAI's CreateChatCompletionRequest, and the extensions
+// read here (top_k, vLLM's sampling and structured-output fields). Each is
+// read below and has an effect, or is refused when set; web_search_options
+// (a hosted tool) is skipped and named in a header.
+constexpr std::string_view kKnownFields[] = {
+    "model", "messages", "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+    "max_completion_tokens", "max_tokens", "metadata", "modalities", "moderation", "n", "parallel_tool_calls",
+    "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention",
+    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop", "store", "stream",
+    "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity",
+    "web_search_options",
+    // extensions
+    "top_k", "repetition_penalty", "min_p", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar"};
+
 ApiResult<ToolChoice> parseToolChoice(const json& v, const std::string& param) {
   ToolChoice choice;
   if (v.is_string()) {
@@ -152,10 +168,29 @@ ApiResult<ToolChoice> parseToolChoice(const json& v, const std::string& param) {
 ApiResult<ParsedChatRequest> parseChatCompletionRequest(const json& body, const ParseLimits& limits) {
   if (!body.is_object()) return invalidJsonBody("the request body must be a JSON object, got " +
                                                 std::string(detail::typeName(body)));
+  if (auto error = detail::refuseUnknownFields(body, kKnownFields)) return *error;
   FieldReader r(body, "");
   ParsedChatRequest out;
   out.sampling.default_max_tokens = limits.default_max_tokens;
   if (!r.string("model", out.model) && !r.failed()) r.missing("model");
+  if (r.failed()) return r.takeError();
+
+  // What this server cannot do, each refused when set rather than answered
+  // without it.
+  const std::pair<std::string_view, std::string_view> refused[] = {
+      {"functions", "the deprecated functions API is not served; send the functions as tools"},
+      {"function_call", "the deprecated functions API is not served; send tool_choice"},
+      {"prediction", "predicted outputs (speculative decoding from a given text) are not implemented"},
+      {"moderation", "no moderation runs here"},
+      {"metadata", "chat completions are not stored here, so there is nothing to attach metadata to (stored "
+                   "Responses keep theirs)"},
+  };
+  for (const auto& [key, why] : refused) detail::refuseIfSet(r, key, why);
+  if (bool store = false; r.boolean("store", store) && store) {
+    r.fail(invalidRequest("store", "unsupported_value",
+                          "chat completions are not stored by this server; send store: false or omit it (the "
+                          "Responses API stores responses)"));
+  }
   if (r.failed()) return r.takeError();
 
   // messages
@@ -237,13 +272,7 @@ ApiResult<ParsedChatRequest> parseChatCompletionRequest(const json& body, const 
 
   // Output.
   r.boolean("stream", out.stream);
-  if (const json* options = r.find("stream_options")) {
-    if (!options->is_object()) return wrongType("stream_options", "an object", *options);
-    FieldReader o(*options, "stream_options");
-    o.boolean("include_usage", out.include_usage);
-    if (o.failed()) return o.takeError();
-    if (!out.stream) out.include_usage = false;  // OpenAI: only meaningful when streaming
-  }
+  detail::readStreamOptions(r, out.stream, &out.include_usage);  // include_usage only counts when streaming, as OpenAI
   int64_t n = 1;
   if (r.integer("n", n, 1, 128)) out.n = static_cast<int32_t>(n);
   if (const json* modalities = r.find("modalities")) {
@@ -280,15 +309,23 @@ ApiResult<ParsedChatRequest> parseChatCompletionRequest(const json& body, const 
   out.sampling.options.logprobs = logprobs;
   out.sampling.options.top_logprobs = static_cast<int32_t>(top);
 
-  // Accepted, not used: user, metadata, store, prompt_cache_key (the cache
-  // finds prefixes by content), service_tier, safety_identifier. These change
-  // what a client gets when honoured, so they are listed.
-  for (std::string_view key : {"reasoning_effort", "prediction", "web_search_options", "verbosity"}) {
-    if (r.find(key) != nullptr) out.ignored.emplace_back(key);
+  if (r.failed()) return r.takeError();
+
+  if (const json* effort = r.find("reasoning_effort")) {
+    if (auto error = detail::readReasoningEffort(*effort, "reasoning_effort", out.prompt)) return *error;
   }
-  std::string ignored_string;
-  r.string("user", ignored_string);
-  r.string("prompt_cache_key", ignored_string);
+  if (const json* verbosity = r.find("verbosity")) {
+    if (auto error = detail::readVerbosity(*verbosity, "verbosity", out.prompt)) return *error;
+  }
+  // A hosted tool: the search runs at OpenAI, not in a model. Skipped, and
+  // named in a response header, as the Responses API's hosted tools are.
+  if (const json* search = r.find("web_search_options")) {
+    if (!search->is_object()) return wrongType("web_search_options", "an object", *search);
+    out.hosted_tools.emplace_back("web_search");
+  }
+  detail::readIdentifiers(r);
+  detail::readServiceTier(r);
+  detail::readPromptCacheHints(r);
   if (r.failed()) return r.takeError();
   return out;
 }

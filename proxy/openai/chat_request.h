@@ -7,11 +7,15 @@
 // n, logit_bias, penalties (and vLLM's repetition_penalty, min_p), tools
 // (function), tool_choice, parallel_tool_calls, response_format (text,
 // json_object, json_schema) or vLLM's structured_outputs / guided_*.
-// Accepted without effect: user, metadata, store, prompt_cache_key,
-// service_tier, safety_identifier. Refused with a 400 naming the parameter:
-// wrong types, out-of-range values, image/audio/file parts, audio output,
-// DeepSeek's prefix completion. Any other field is ignored, as
-// OpenAI-compatible servers do.
+// reasoning_effort (thinking on or off, prompt_encoder.h), verbosity (a line
+// of the system prompt). Identifiers without effect on the output: user,
+// safety_identifier, prompt_cache_key; cache hints the prefix cache meets:
+// prompt_cache_retention, prompt_cache_options. Skipped and named in a
+// header: web_search_options (a hosted tool). Refused with a 400 naming the
+// parameter: wrong types, out-of-range values, image/audio/file parts, audio
+// output, DeepSeek's prefix completion, functions / function_call,
+// prediction, moderation, metadata, store: true, service tiers other than
+// auto/default, stream obfuscation, and any field this server does not know.
 // docs/openai-api.md has the full table.
 #pragma once
 
@@ -33,9 +37,10 @@ struct ParsedChatRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage and no choices
   int32_t n = 1;               // choices (1..128), generated together from one prompt
-  // Fields accepted but without effect here (e.g. "frequency_penalty" when
-  // not 0), for the server's log and a response header.
-  std::vector<std::string> ignored;
+  // Hosted tools asked for ("web_search" for web_search_options): they run
+  // at OpenAI, not in a model, so nothing runs them here; the gateway names
+  // them in a response header.
+  std::vector<std::string> hosted_tools;
 };
 
 ApiResult<ParsedChatRequest> parseChatCompletionRequest(const nlohmann::json& body, const ParseLimits& limits);

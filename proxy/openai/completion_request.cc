@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/openai/common_fields.h"
 #include "proxy/openai/json_fields.h"
 #include "proxy/openai/parse_common.h"
 
@@ -71,12 +72,22 @@ ApiResult<std::vector<CompletionPrompt>> parsePrompt(const json& prompt, const P
   return out;
 }
 
+// Every field of OpenAI's CreateCompletionRequest and the extensions read
+// here (as on chat); each has an effect or is refused when set.
+constexpr std::string_view kKnownFields[] = {
+    "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+    "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user",
+    // extensions
+    "top_k", "repetition_penalty", "min_p", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar"};
+
 }  // namespace
 
 ApiResult<ParsedCompletionRequest> parseCompletionRequest(const json& body, const ParseLimits& limits) {
   if (!body.is_object()) {
     return invalidJsonBody("the request body must be a JSON object, got " + std::string(detail::typeName(body)));
   }
+  if (auto error = detail::refuseUnknownFields(body, kKnownFields)) return *error;
   FieldReader r(body, "");
   ParsedCompletionRequest out;
   out.sampling.default_max_tokens = limits.default_completion_max_tokens;
@@ -110,19 +121,13 @@ ApiResult<ParsedCompletionRequest> parseCompletionRequest(const json& body, cons
   int64_t logprobs = 0;
   if (r.integer("logprobs", logprobs, 0, 5)) out.logprobs = static_cast<int32_t>(logprobs);
   r.boolean("stream", out.stream);
-  if (const json* options = r.find("stream_options")) {
-    if (!options->is_object()) return wrongType("stream_options", "an object", *options);
-    FieldReader o(*options, "stream_options");
-    o.boolean("include_usage", out.include_usage);
-    if (o.failed()) return o.takeError();
-    if (!out.stream) out.include_usage = false;
-  }
+  detail::readStreamOptions(r, out.stream, &out.include_usage);
 
   detail::readSampling(r, out.sampling);
   detail::readStop(r, limits, out.sampling.options.stop);
   detail::readMaxTokens(r, "max_tokens", 0, out.sampling);
   std::string user;
-  r.string("user", user);
+  r.string("user", user);  // an end-user identifier for OpenAI's abuse monitoring: checked, no effect here
   if (r.failed()) return r.takeError();
   ApiResult<std::optional<ResponseFormat>> format = detail::readStructuredOutputs(r);
   if (!format) return format.error();

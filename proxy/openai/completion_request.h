@@ -6,9 +6,10 @@
 // scheduler request. Accepted: echo, logprobs (0..5 alternatives, the sampled
 // token always included), max_tokens (0 with echo + logprobs scores the
 // prompt), stop, seed, temperature, top_p, top_k (extension), stream,
-// stream_options.include_usage, n, best_of = 1, user, logit_bias,
-// penalties, vLLM's structured outputs. Refused: suffix, best_of > 1, wrong
-// types and ranges. Other fields are ignored.
+// stream_options.include_usage, n, best_of = 1, logit_bias, penalties,
+// vLLM's structured outputs; `user` is an identifier without effect. Refused:
+// suffix, best_of > 1, stream obfuscation, wrong types and ranges, and any
+// field this server does not know.
 #pragma once
 
 #include <optional>
@@ -44,7 +45,6 @@ struct ParsedCompletionRequest {
   // vLLM's structured outputs (structured_outputs, guided_json / _regex /
   // _choice): every choice's text must match it.
   ResponseFormat format;
-  std::vector<std::string> ignored;
 };
 
 ApiResult<ParsedCompletionRequest> parseCompletionRequest(const nlohmann::json& body, const ParseLimits& limits);

@@ -88,6 +88,20 @@ bool renders(const text::ChatTemplate& t, const json& messages, const json* tool
   return out.isOk() && out->text.find(needle) != std::string::npos;
 }
 
+// Whether the generation prompt for `messages` ends inside <think>, with the
+// extra template variables `extra` (null: none).
+bool opensThinking(const text::ChatTemplate& t, const json& messages, const json* extra) {
+  text::ChatRenderInput input;
+  input.messages = &messages;
+  input.extra = extra;
+  input.add_generation_prompt = true;
+  Result<text::PromptText> out = t.render(input);
+  return out.isOk() && endsWithOpenThink(out->text);
+}
+
+constexpr std::string_view kBriefInstruction = "Keep the reply brief: say only what the request needs.";
+constexpr std::string_view kThoroughInstruction = "Give a thorough, detailed reply.";
+
 }  // namespace
 
 TemplateTraits probeTemplate(const text::ChatTemplate& chat_template) {
@@ -114,6 +128,11 @@ TemplateTraits probeTemplate(const text::ChatTemplate& chat_template) {
       renders(chat_template, call_conversation, nullptr, "lg_probe_fn<｜tool▁sep｜>")) {
     traits.tool_call_syntax = ToolCallSyntax::kV31;
   }
+  const json thinking_on = json{{"thinking", true}}, thinking_off = json{{"thinking", false}};
+  const json one_user = json::array({user});
+  traits.thinking_switch = opensThinking(chat_template, one_user, &thinking_on) &&
+                           !opensThinking(chat_template, one_user, &thinking_off);
+  traits.always_reasons = !traits.thinking_switch && opensThinking(chat_template, one_user, nullptr);
   return traits;
 }
 
@@ -180,6 +199,8 @@ std::string PromptEncoder::systemAddendum(const ChatPrompt& prompt) const {
     default:
       break;
   }
+  if (prompt.verbosity == Verbosity::kLow) add(kBriefInstruction);
+  if (prompt.verbosity == Verbosity::kHigh) add(kThoroughInstruction);
   return out;
 }
 
@@ -232,11 +253,27 @@ ApiResult<EncodedPrompt> PromptEncoder::encodeChat(const ChatPrompt& prompt, std
   // Building the input copies strings and the tools' schemas; everything
   // that can fail on request data reports a Status, and the JSON values built
   // here are well-formed by construction, so nothing below throws.
+  json extra = nullptr;
+  if (prompt.reasoning) {
+    if (traits_.thinking_switch) {
+      extra = json{{"thinking", *prompt.reasoning}};
+    } else if (*prompt.reasoning != traits_.always_reasons) {
+      // Nothing in the prompt turns this model's reasoning on or off: answer
+      // as OpenAI answers an effort a model cannot honour, with a 400.
+      return invalidRequest(prompt.reasoning_param, "unsupported_value",
+                            traits_.always_reasons
+                                ? prompt.reasoning_param + ": this model always reasons (its chat template has no "
+                                                           "thinking switch); send an effort from 'low' up, or omit it"
+                                : prompt.reasoning_param + ": this model does not reason (its chat template has no "
+                                                           "thinking switch); send 'none' or 'minimal', or omit it");
+    }
+  }
   const json messages = templateMessages(prompt);
   const json tools = templateTools(prompt);
   text::ChatRenderInput input;
   input.messages = &messages;
   input.tools = tools.is_null() ? nullptr : &tools;
+  input.extra = extra.is_null() ? nullptr : &extra;
   input.add_generation_prompt = true;
   Result<text::PromptText> rendered = template_.render(input, render_options_);
   if (!rendered.isOk()) return renderError(rendered.status(), prompt_param);

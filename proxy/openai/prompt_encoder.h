@@ -16,7 +16,11 @@
 //    V3.1 templates do not): each function's name, description and parameter
 //    schema, and the exact call format the output parser reads, with the
 //    tool_choice and parallel_tool_calls rules;
-//  - json_object: an instruction to reply with one JSON object.
+//  - json_object: an instruction to reply with one JSON object;
+//  - verbosity low or high: one line asking for a brief or a thorough reply.
+// Reasoning effort (ChatPrompt::reasoning) sets the template's `thinking`
+// switch; a template without one reasons always (R1) or never (V3), and an
+// effort that asks the other is a 400 naming the field.
 // The developer role is sent as system to templates that ignore it.
 // TemplateTraits says which applies; probeTemplate() finds out once, at load,
 // by rendering small probe conversations.
@@ -45,6 +49,12 @@ struct TemplateTraits {
   bool renders_developer = false;  // the template shows `developer` messages (else: sent as system)
   bool renders_tools = false;      // the template shows `tools` (else: described in the system prompt)
   ToolCallSyntax tool_call_syntax = ToolCallSyntax::kV3;  // how it renders past calls (and so how the model writes them)
+  // The template reads a `thinking` variable that opens (true) or closes
+  // (false) the reply's <think> (V3.1's); reasoning effort sets it.
+  bool thinking_switch = false;
+  // Without a switch: whether every reply starts in reasoning (R1's
+  // generation prompt ends in <think>) or none does (V3's).
+  bool always_reasons = false;
 };
 
 // Renders probe conversations through `chat_template`; a probe that fails to

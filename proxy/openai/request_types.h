@@ -71,6 +71,11 @@ struct ResponseFormat {
   std::string param;                 // where the request said it, for errors: "response_format.json_schema.schema"
 };
 
+// verbosity (chat) / text.verbosity (Responses): how long a reply the client
+// wants. Medium, OpenAI's default, adds nothing; the others add one line to
+// the system prompt (PromptEncoder::systemAddendum).
+enum class Verbosity : uint8_t { kMedium, kLow, kHigh };
+
 struct ChatPrompt {
   std::vector<ChatMessage> messages;
   std::vector<FunctionTool> tools;
@@ -78,6 +83,13 @@ struct ChatPrompt {
   bool parallel_tool_calls = true;  // false: at most one call per reply
   int32_t max_tool_calls = -1;      // Responses' max_tool_calls: calls past it are dropped; -1: no limit
   ResponseFormat response_format;
+  // reasoning_effort (chat) / reasoning.effort (Responses): true for any
+  // effort from "low" up, false for "none" or "minimal"; nullopt when not sent
+  // (the template's default). The encoder sets the template's `thinking`
+  // switch, or refuses what a template without one cannot do.
+  std::optional<bool> reasoning;
+  std::string reasoning_param;  // the field that set it, for errors
+  Verbosity verbosity = Verbosity::kMedium;
 };
 
 // Limits and defaults the server configures once.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "proxy/openai/common_fields.h"
 #include "proxy/openai/json_fields.h"
 #include "proxy/openai/parse_common.h"
 
@@ -99,7 +100,7 @@ void appendCall(std::vector<ChatMessage>& messages, ToolCall call) {
 }
 
 ApiResult<std::vector<ChatMessage>> parseInput(const json& input, const ParseLimits& limits,
-                                               std::vector<std::string>& ignored) {
+                                               std::vector<std::string>& hosted) {
   std::vector<ChatMessage> messages;
   if (input.is_string()) {
     ChatMessage m;
@@ -139,7 +140,7 @@ ApiResult<std::vector<ChatMessage>> parseInput(const json& input, const ParseLim
       // Past reasoning is not shown to the model again (the DeepSeek templates
       // drop it too); encrypted_content cannot be read by anyone but OpenAI.
     } else if (isHostedItem(type)) {
-      addOnce(ignored, "input item " + type);
+      addOnce(hosted, "input item " + type);
     } else if (type == "item_reference") {
       // The gateway resolves references from its stored responses before
       // parsing; one that reaches here had nothing to be resolved from.
@@ -152,18 +153,25 @@ ApiResult<std::vector<ChatMessage>> parseInput(const json& input, const ParseLim
   return messages;
 }
 
-ApiResult<ToolChoice> parseToolChoice(const json& v, std::vector<std::string>& ignored) {
+// A tool choice, and for allowed_tools the function names the reply may call.
+struct ParsedToolChoice {
   ToolChoice choice;
+  std::optional<std::vector<std::string>> allowed;
+};
+
+ApiResult<ParsedToolChoice> parseToolChoice(const json& v, std::vector<std::string>& hosted) {
+  ParsedToolChoice out;
+  ToolChoice& choice = out.choice;
   if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
-    if (s == "auto") return choice;
+    if (s == "auto") return out;
     if (s == "none") choice.mode = ToolChoice::Mode::kNone;
     else if (s == "required") choice.mode = ToolChoice::Mode::kRequired;
     else {
       return invalidRequest("tool_choice", "invalid_value",
                             "tool_choice must be 'none', 'auto', 'required' or an object, got '" + s + "'");
     }
-    return choice;
+    return out;
   }
   if (!v.is_object()) return wrongType("tool_choice", "a string or an object", v);
   FieldReader r(v, "tool_choice");
@@ -174,12 +182,113 @@ ApiResult<ToolChoice> parseToolChoice(const json& v, std::vector<std::string>& i
     if (!r.string("name", choice.function) && !r.failed()) r.missing("name");
     if (r.failed()) return r.takeError();
     choice.mode = ToolChoice::Mode::kFunction;
-    return choice;
+    return out;
   }
-  // A hosted tool, a custom tool or an allowed_tools list: this server cannot
-  // force those, so the model chooses.
-  addOnce(ignored, "tool_choice");
-  return choice;
+  if (type == "allowed_tools") {
+    // {mode: "auto" | "required", tools: [...]}: the reply may call only the
+    // listed functions. Hosted entries are skipped as their tools are.
+    std::string mode;
+    if (!r.string("mode", mode) && !r.failed()) r.missing("mode");
+    if (r.failed()) return r.takeError();
+    if (mode == "required") choice.mode = ToolChoice::Mode::kRequired;
+    else if (mode != "auto") {
+      return invalidRequest("tool_choice.mode", "invalid_value",
+                            "tool_choice.mode must be 'auto' or 'required', got '" + mode + "'");
+    }
+    const json* tools = r.find("tools");
+    if (tools == nullptr) {
+      r.missing("tools");
+      return r.takeError();
+    }
+    if (!tools->is_array()) return wrongType("tool_choice.tools", "an array", *tools);
+    out.allowed.emplace();
+    for (size_t k = 0; k < tools->size(); ++k) {
+      const std::string path = indexPath("tool_choice.tools", k);
+      if (!(*tools)[k].is_object()) return wrongType(path, "an object", (*tools)[k]);
+      FieldReader t((*tools)[k], path);
+      std::string tool_type, name;
+      if (!t.string("type", tool_type) && !t.failed()) t.missing("type");
+      if (t.failed()) return t.takeError();
+      if (tool_type != "function") continue;
+      if (!t.string("name", name) && !t.failed()) t.missing("name");
+      if (t.failed()) return t.takeError();
+      out.allowed->push_back(std::move(name));
+    }
+    return out;
+  }
+  // A hosted tool (web_search_preview, file_search, mcp, shell, ...) or a
+  // custom tool, whose tools are skipped: nothing here can run them, so the
+  // model chooses among the function tools, and the header says so.
+  addOnce(hosted, "tool_choice " + type);
+  return out;
+}
+
+// Every field of OpenAI's CreateResponse, the extensions read here (as on
+// chat), and Codex CLI's client_metadata. Each has an effect or is refused
+// when set; hosted tools are skipped and named in a header.
+constexpr std::string_view kKnownFields[] = {
+    "model", "input", "background", "context_management", "conversation", "include", "instructions",
+    "max_output_tokens", "max_tool_calls", "metadata", "moderation", "parallel_tool_calls", "previous_response_id",
+    "prompt", "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "reasoning", "safety_identifier",
+    "service_tier", "store", "stream", "stream_options", "temperature", "text", "tool_choice", "tools",
+    "top_logprobs", "top_p", "truncation", "user",
+    // extensions
+    "client_metadata", "top_k", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p", "seed",
+    "logit_bias"};
+
+// reasoning {effort, summary, generate_summary, mode, context}.
+std::optional<ApiError> readReasoning(const json& reasoning, ChatPrompt& prompt) {
+  if (!reasoning.is_object()) return wrongType("reasoning", "an object", reasoning);
+  for (const auto& [key, value] : reasoning.items()) {
+    const std::string param = "reasoning." + key;
+    if (key == "effort") {
+      if (auto error = detail::readReasoningEffort(value, param, prompt)) return error;
+    } else if (key == "summary" || key == "generate_summary") {
+      // The reasoning is returned whole, as reasoning_text content; no model
+      // here writes a summary of it. "auto" leaves the summary to the model
+      // (Codex sends it): it is empty. Asking for one is refused.
+      if (value.is_null()) continue;
+      if (!value.is_string()) return wrongType(param, "a string", value);
+      if (value == "auto") continue;
+      if (value == "concise" || value == "detailed") {
+        return invalidRequest(param, "unsupported_value",
+                              "reasoning summaries are not written by this server (the reasoning itself is "
+                              "returned as reasoning_text); send 'auto' or omit it");
+      }
+      return invalidRequest(param, "invalid_value",
+                            param + " must be 'auto', 'concise' or 'detailed', got '" + value.get<std::string>() + "'");
+    } else if (key == "mode") {
+      if (value.is_null() || value == "standard") continue;
+      if (!value.is_string()) return wrongType(param, "a string", value);
+      return invalidRequest(param, "unsupported_value", "only the 'standard' reasoning mode is served here");
+    } else if (key == "context") {
+      // The DeepSeek templates drop earlier turns' reasoning: current_turn.
+      if (value.is_null() || value == "auto" || value == "current_turn") continue;
+      if (!value.is_string()) return wrongType(param, "a string", value);
+      return invalidRequest(param, "unsupported_value",
+                            "earlier turns' reasoning is not shown to the model again (the chat template drops it); "
+                            "send 'auto' or 'current_turn'");
+    } else {
+      return invalidRequest(param, "unknown_parameter", "Unrecognized request argument supplied: " + param);
+    }
+  }
+  return std::nullopt;
+}
+
+// metadata: at most 16 string values, keys up to 64 and values up to 512
+// characters (OpenAI's limits); kept with a stored response and echoed.
+std::optional<ApiError> checkMetadata(const json& metadata) {
+  if (!metadata.is_object()) return wrongType("metadata", "an object", metadata);
+  if (metadata.size() > 16) return invalidRequest("metadata", "invalid_value", "metadata may hold at most 16 pairs");
+  for (const auto& [key, value] : metadata.items()) {
+    const std::string param = detail::fieldPath("metadata", key.substr(0, 64));
+    if (key.size() > 64) return invalidRequest(param, "invalid_value", "metadata keys are at most 64 characters");
+    if (!value.is_string()) return wrongType(param, "a string", value);
+    if (value.get_ref<const std::string&>().size() > 512) {
+      return invalidRequest(param, "invalid_value", "metadata values are at most 512 characters");
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -188,6 +297,7 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   if (!body.is_object()) {
     return invalidJsonBody("the request body must be a JSON object, got " + std::string(detail::typeName(body)));
   }
+  if (auto error = detail::refuseUnknownFields(body, kKnownFields)) return *error;
   FieldReader r(body, "");
   ParsedResponsesRequest out;
   out.sampling.default_max_tokens = limits.default_max_tokens;
@@ -202,6 +312,8 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
       {"background", "a response runs while its request is open; there are no background runs"},
       {"conversation", "there are no conversation objects; chain responses with previous_response_id"},
       {"prompt", "there are no stored prompt templates; send instructions and input"},
+      {"context_management", "there is no server-side compaction; truncation: auto drops the oldest items"},
+      {"moderation", "no moderation runs here"},
   };
   for (const auto& [key, why] : stateful) {
     const json* v = r.find(key);
@@ -219,7 +331,7 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
     r.missing("input");
     return r.takeError();
   }
-  ApiResult<std::vector<ChatMessage>> messages = parseInput(*input, limits, out.ignored);
+  ApiResult<std::vector<ChatMessage>> messages = parseInput(*input, limits, out.hosted_tools);
   if (!messages) return messages.error();
   if (has_instructions) {
     ChatMessage system;
@@ -269,23 +381,45 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   }
   echo["tool_choice"] = "auto";
   if (const json* choice = r.find("tool_choice")) {
-    ApiResult<ToolChoice> c = parseToolChoice(*choice, out.ignored);
+    ApiResult<ParsedToolChoice> c = parseToolChoice(*choice, out.hosted_tools);
     if (!c) return c.error();
-    out.prompt.tool_choice = std::move(*c);
+    out.prompt.tool_choice = std::move(c->choice);
+    if (c->allowed) {
+      // allowed_tools: the other functions are left out of the prompt, so
+      // the model is offered (and the grammar allows) only these.
+      for (const std::string& name : *c->allowed) {
+        if (std::none_of(out.prompt.tools.begin(), out.prompt.tools.end(),
+                         [&](const FunctionTool& t) { return t.name == name; })) {
+          return invalidRequest("tool_choice.tools", "invalid_value",
+                                "tool_choice.tools names the function '" + name + "', which is not among the tools");
+        }
+      }
+      std::erase_if(out.prompt.tools, [&](const FunctionTool& t) {
+        return std::find(c->allowed->begin(), c->allowed->end(), t.name) == c->allowed->end();
+      });
+    }
     echo["tool_choice"] = *choice;
   }
   if (auto error = detail::checkToolChoice(out.prompt.tool_choice, out.prompt.tools, "tool_choice")) return *error;
   r.boolean("parallel_tool_calls", out.prompt.parallel_tool_calls);
   echo["parallel_tool_calls"] = out.prompt.parallel_tool_calls;
 
-  // text.format (and text.verbosity, accepted).
+  // text.format and text.verbosity.
   echo["text"] = json{{"format", json{{"type", "text"}}}};
   if (const json* text = r.find("text")) {
     if (!text->is_object()) return wrongType("text", "an object", *text);
+    for (const auto& [key, value] : text->items()) {
+      if (key != "format" && key != "verbosity") {
+        return invalidRequest("text." + key, "unknown_parameter", "Unrecognized request argument supplied: text." + key);
+      }
+    }
     if (auto it = text->find("format"); it != text->end() && !it->is_null()) {
       ApiResult<ResponseFormat> f = detail::readResponseFormat(*it, "text.format", true);
       if (!f) return f.error();
       out.prompt.response_format = std::move(*f);
+    }
+    if (auto it = text->find("verbosity"); it != text->end()) {
+      if (auto error = detail::readVerbosity(*it, "text.verbosity", out.prompt)) return *error;
     }
     echo["text"] = *text;
     if (!echo["text"].contains("format")) echo["text"]["format"] = json{{"type", "text"}};
@@ -306,9 +440,10 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   echo["max_output_tokens"] =
       out.sampling.requested_max_tokens ? json(*out.sampling.requested_max_tokens) : json(nullptr);
 
-  // Bookkeeping the server may act on (store, previous_response_id) or that
-  // only changes OpenAI's own behaviour (reasoning, include, truncation).
+  // Stored state (store, previous_response_id: the gateway acts on them),
+  // identifiers, truncation, reasoning, include, metadata.
   r.boolean("stream", out.stream);
+  detail::readStreamOptions(r, out.stream, nullptr);
   r.boolean("store", out.store);
   echo["store"] = out.store;
   std::string s;
@@ -316,8 +451,14 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   echo["previous_response_id"] = out.previous_response_id ? json(*out.previous_response_id) : json(nullptr);
   if (r.string("prompt_cache_key", out.prompt_cache_key)) echo["prompt_cache_key"] = out.prompt_cache_key;
   echo["user"] = r.string("user", s) ? json(s) : json(nullptr);
-  r.string("safety_identifier", s);
-  r.string("service_tier", s);
+  detail::readIdentifiers(r);
+  detail::readServiceTier(r);
+  detail::readPromptCacheHints(r);
+  // Codex CLI's identifiers of its installation and session: no effect on the output.
+  if (const json* client = r.find("client_metadata"); client != nullptr && !client->is_object()) {
+    return wrongType("client_metadata", "an object", *client);
+  }
+  if (r.failed()) return r.takeError();
   echo["truncation"] = "disabled";
   if (r.string("truncation", s)) {
     if (s != "auto" && s != "disabled") {
@@ -328,7 +469,7 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   }
   echo["reasoning"] = json{{"effort", nullptr}, {"summary", nullptr}};
   if (const json* reasoning = r.find("reasoning")) {
-    if (!reasoning->is_object()) return wrongType("reasoning", "an object", *reasoning);
+    if (auto error = readReasoning(*reasoning, out.prompt)) return *error;
     echo["reasoning"] = *reasoning;
   }
   bool output_text_logprobs = false;
@@ -336,7 +477,28 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
     if (!include->is_array()) return wrongType("include", "an array", *include);
     for (size_t k = 0; k < include->size(); ++k) {
       if (!(*include)[k].is_string()) return wrongType(indexPath("include", k), "a string", (*include)[k]);
-      if ((*include)[k] == "message.output_text.logprobs") output_text_logprobs = true;
+      const std::string& what = (*include)[k].get_ref<const std::string&>();
+      if (what.starts_with("file_search_call.") || what.starts_with("web_search_call.") ||
+          what.starts_with("code_interpreter_call.") || what.starts_with("computer_call_output.")) {
+        addOnce(out.hosted_tools, "include " + what);  // a hosted tool's output: none runs here
+        continue;
+      }
+      if (what == "reasoning.encrypted_content") {
+        // Encrypted reasoning lets a stateless client send reasoning back;
+        // here the reasoning comes back as plain reasoning_text, and earlier
+        // turns' reasoning is not shown to the model again either way.
+        continue;
+      }
+      if (what == "message.input_image.image_url") {
+        return invalidRequest(indexPath("include", k), "unsupported_value",
+                              "this model reads text only: there are no input images to include");
+      }
+      if (what != "message.output_text.logprobs") {
+        return invalidRequest(indexPath("include", k), "invalid_value",
+                              indexPath("include", k) + " is not something a response can include: '" +
+                                  what.substr(0, 64) + "'");
+      }
+      output_text_logprobs = true;
     }
   }
   // top_logprobs only says how many alternatives the included logprobs list.
@@ -351,7 +513,7 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
   echo["top_logprobs"] = top_logprobs;
   echo["metadata"] = json::object();
   if (const json* metadata = r.find("metadata")) {
-    if (!metadata->is_object()) return wrongType("metadata", "an object", *metadata);
+    if (auto error = checkMetadata(*metadata)) return *error;
     echo["metadata"] = *metadata;
   }
   if (r.failed()) return r.takeError();

@@ -7,12 +7,14 @@
 // custom_tool_call counterparts), reasoning items (skipped: the templates drop
 // past reasoning). `instructions` becomes the first system message. Function
 // tools are rendered; hosted tools (web_search, file_search,
-// code_interpreter, computer_use, local_shell, mcp, ...) are left out of the
-// prompt and listed in `hosted_tools`, never refused, so that a client that
-// always sends them (Codex) still works and the server can say what was
-// dropped. Stored state (previous_response_id) is parsed only: resolving it
-// is the integrator's. background, prompt templates, conversations and
-// item_reference need storage and are refused.
+// code_interpreter, computer_use, local_shell, mcp, ...), their input items,
+// tool choices and include entries are left out and listed in
+// `hosted_tools`, never refused, so that a client that always sends them
+// (Codex) still works and the server can say what was skipped. Stored state
+// (previous_response_id) is parsed only: resolving it is the integrator's.
+// Every other field has an effect or is refused (docs/openai-api.md lists
+// them): background, prompt templates, conversations, context_management,
+// moderation, reasoning summaries and any field this server does not know.
 #pragma once
 
 #include <optional>
@@ -39,7 +41,9 @@ struct ParsedResponsesRequest {
   bool truncate_auto = false;
   std::optional<std::string> previous_response_id;
   std::string prompt_cache_key;
-  // Tool types left out of the prompt, each once, in request order.
+  // What hosted tools left out, each once, in request order: tool types
+  // ("web_search"), and "input item web_search_call", "tool_choice
+  // file_search", "include web_search_call.results".
   std::vector<std::string> hosted_tools;
   // Fields and input items accepted without effect ("top_logprobs" without
   // the message.output_text.logprobs include, "input item web_search_call",

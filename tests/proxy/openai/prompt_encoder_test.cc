@@ -109,6 +109,56 @@ TEST_F(PromptEncoderTest, TraitsOfTheDeepSeekTemplates) {
   const TemplateTraits synthetic = probeTemplate(fixture("synthetic-tools.jinja"));
   EXPECT_TRUE(synthetic.renders_tools);
   EXPECT_FALSE(synthetic.renders_developer) << "it raises on unknown roles";
+  // Reasoning: V3.1 switches it with `thinking`; R1 always reasons, V3 never.
+  EXPECT_TRUE(v31.thinking_switch);
+  EXPECT_FALSE(v31.always_reasons);
+  EXPECT_FALSE(r1.thinking_switch);
+  EXPECT_TRUE(r1.always_reasons);
+  EXPECT_FALSE(v3.thinking_switch);
+  EXPECT_FALSE(v3.always_reasons);
+}
+
+TEST_F(PromptEncoderTest, ReasoningEffortSetsV31ThinkingAndIsRefusedWhereNothingCanChange) {
+  auto withEffort = [](const char* effort) {
+    return chat({{"model", "m"},
+                 {"messages", json::array({{{"role", "user"}, {"content", "2+2?"}}})},
+                 {"reasoning_effort", effort}});
+  };
+  const text::ChatTemplate v31 = fixture("deepseek-v3.1.jinja");
+  const PromptEncoder v31_encoder(v31, *tokenizer_);
+  ApiResult<EncodedPrompt> on = v31_encoder.encodeChat(withEffort("medium").prompt, "messages");
+  ASSERT_TRUE(on.isOk()) << on.error().message;
+  EXPECT_TRUE(on->reasoning_open) << "thinking on: the prompt ends in <think>";
+  ApiResult<EncodedPrompt> off = v31_encoder.encodeChat(withEffort("none").prompt, "messages");
+  ASSERT_TRUE(off.isOk());
+  EXPECT_FALSE(off->reasoning_open) << "thinking off: the prompt ends in </think>";
+  EXPECT_NE(on->ids, off->ids);
+
+  // V3 never reasons: "none" is what it does, an effort from "low" up cannot be had.
+  const PromptEncoder v3_encoder(*v3_, *tokenizer_);
+  EXPECT_TRUE(v3_encoder.encodeChat(withEffort("minimal").prompt, "messages").isOk());
+  ApiResult<EncodedPrompt> refused = v3_encoder.encodeChat(withEffort("high").prompt, "messages");
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_EQ(refused.error().http_status, 400);
+  EXPECT_EQ(refused.error().param, "reasoning_effort");
+  EXPECT_EQ(refused.error().code, "unsupported_value");
+  // R1 always does: the reverse.
+  const text::ChatTemplate r1 = fixture("deepseek-r1.jinja");
+  const PromptEncoder r1_encoder(r1, *tokenizer_);
+  EXPECT_TRUE(r1_encoder.encodeChat(withEffort("high").prompt, "messages").isOk());
+  refused = r1_encoder.encodeChat(withEffort("none").prompt, "messages");
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_EQ(refused.error().param, "reasoning_effort");
+}
+
+TEST_F(PromptEncoderTest, VerbosityAddsOneLineToTheSystemPrompt) {
+  const PromptEncoder encoder(*v3_, *tokenizer_);
+  auto withVerbosity = [](const char* v) {
+    return chat({{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "q"}}})}, {"verbosity", v}});
+  };
+  EXPECT_EQ(encoder.systemAddendum(withVerbosity("medium").prompt), "");
+  EXPECT_EQ(encoder.systemAddendum(withVerbosity("low").prompt), "Keep the reply brief: say only what the request needs.");
+  EXPECT_EQ(encoder.systemAddendum(withVerbosity("high").prompt), "Give a thorough, detailed reply.");
 }
 
 // A tool conversation through the real V3 template, compared with what

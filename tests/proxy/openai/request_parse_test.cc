@@ -1,5 +1,5 @@
-// Request parsing for the three endpoints: every accepted field, what is
-// ignored, and every refusal with the parameter it names.
+// Request parsing for the three endpoints: every accepted field, what hosted
+// tools leave out, and every refusal with the parameter it names.
 #include <string>
 #include <vector>
 
@@ -67,7 +67,9 @@ TEST(ChatRequest, MinimalBodyGetsDefaults) {
   EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kAuto);
   EXPECT_TRUE(r.prompt.parallel_tool_calls);
   EXPECT_EQ(r.prompt.response_format.kind, ResponseFormat::Kind::kText);
-  EXPECT_TRUE(r.ignored.empty());
+  EXPECT_TRUE(r.hosted_tools.empty());
+  EXPECT_FALSE(r.prompt.reasoning.has_value());
+  EXPECT_EQ(r.prompt.verbosity, Verbosity::kMedium);
   EXPECT_EQ(r.params.prompt, "messages");
   EXPECT_EQ(r.params.max_tokens, "max_tokens");
 }
@@ -89,10 +91,14 @@ TEST(ChatRequest, EveryField) {
                                          {"frequency_penalty", 0},
                                          {"presence_penalty", 0.0},
                                          {"logit_bias", json::object()},
-                                         {"metadata", {{"a", "b"}}},
+                                         {"safety_identifier", "s-1"},
+                                         {"metadata", json::object()},
                                          {"store", false},
                                          {"service_tier", "auto"},
-                                         {"some_future_field", {{"x", 1}}}}));
+                                         {"prompt_cache_retention", "24h"},
+                                         {"prompt_cache_options", {{"mode", "implicit"}, {"ttl", "30m"}}},
+                                         {"functions", nullptr},
+                                         {"prediction", nullptr}}));
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.sampling.requested_max_tokens, 100);
@@ -104,7 +110,7 @@ TEST(ChatRequest, EveryField) {
   EXPECT_TRUE(r.sampling.options.logprobs);
   EXPECT_EQ(r.sampling.options.top_logprobs, 5);
   EXPECT_FALSE(r.sampling.options.prompt_logprobs);
-  EXPECT_TRUE(r.ignored.empty()) << "zero penalties change nothing";
+  EXPECT_TRUE(r.hosted_tools.empty());
 }
 
 TEST(ChatRequest, MaxCompletionTokensIsAnAliasAndNamesErrors) {
@@ -136,21 +142,35 @@ TEST(ChatRequest, TopPZeroKeepsOnlyTheMostLikelyToken) {
   EXPECT_LT(r.sampling.options.top_p, 1e-30f);
 }
 
-TEST(ChatRequest, PenaltiesBiasAndMinPReachTheSamplerAndUnusedFeaturesAreListedAsIgnored) {
+TEST(ChatRequest, PenaltiesBiasAndMinPReachTheSampler) {
   const ParsedChatRequest r = chatOk(chatBody({{"frequency_penalty", 0.5},
                                                {"presence_penalty", -1},
                                                {"repetition_penalty", 1.2},
                                                {"min_p", 0.05},
-                                               {"logit_bias", {{"50256", -100}, {"13", 2.5}}},
-                                               {"reasoning_effort", "high"},
-                                               {"prediction", json::object()}}));
-  EXPECT_EQ(r.ignored, (std::vector<std::string>{"reasoning_effort", "prediction"}));
+                                               {"logit_bias", {{"50256", -100}, {"13", 2.5}}}}));
   const serving::SamplingOptions& s = r.sampling.options;
   EXPECT_FLOAT_EQ(s.frequency_penalty, 0.5f);
   EXPECT_FLOAT_EQ(s.presence_penalty, -1.0f);
   EXPECT_FLOAT_EQ(s.repetition_penalty, 1.2f);
   EXPECT_FLOAT_EQ(s.min_p, 0.05f);
   EXPECT_EQ(s.logit_bias, (std::vector<std::pair<int32_t, float>>{{13, 2.5f}, {50256, -100.0f}}));
+}
+
+TEST(ChatRequest, ReasoningEffortVerbosityAndHostedSearch) {
+  ParsedChatRequest r = chatOk(chatBody({{"reasoning_effort", "high"}, {"verbosity", "low"}}));
+  EXPECT_EQ(r.prompt.reasoning, true);
+  EXPECT_EQ(r.prompt.reasoning_param, "reasoning_effort");
+  EXPECT_EQ(r.prompt.verbosity, Verbosity::kLow);
+  for (const char* effort : {"low", "medium", "xhigh", "max"}) {
+    EXPECT_EQ(chatOk(chatBody({{"reasoning_effort", effort}})).prompt.reasoning, true) << effort;
+  }
+  EXPECT_EQ(chatOk(chatBody({{"reasoning_effort", "none"}})).prompt.reasoning, false);
+  EXPECT_EQ(chatOk(chatBody({{"reasoning_effort", "minimal"}})).prompt.reasoning, false);
+  EXPECT_FALSE(chatOk(chatBody({{"reasoning_effort", nullptr}})).prompt.reasoning.has_value());
+  EXPECT_EQ(chatOk(chatBody({{"verbosity", "high"}})).prompt.verbosity, Verbosity::kHigh);
+  // web_search_options asks for a hosted tool: skipped, for the gateway's header.
+  r = chatOk(chatBody({{"web_search_options", json::object()}}));
+  EXPECT_EQ(r.hosted_tools, std::vector<std::string>{"web_search"});
 }
 
 TEST(ChatRequest, RolesContentPartsAndToolMessages) {
@@ -380,8 +400,46 @@ TEST(ChatRequest, Refusals) {
       {"audio", chatBody({{"audio", {{"voice", "alloy"}}}}), "audio", "unsupported_parameter"},
       {"audio modality", chatBody({{"modalities", json::array({"text", "audio"})}}), "modalities[1]",
        "unsupported_value"},
+      // Nothing is accepted without effect: what this server cannot do is refused.
+      {"unknown field", chatBody({{"some_future_field", {{"x", 1}}}}), "some_future_field", "unknown_parameter"},
+      {"unknown field, null", chatBody({{"chat_template_kwargs", nullptr}}), "chat_template_kwargs",
+       "unknown_parameter"},
+      {"functions", chatBody({{"functions", json::array({{{"name", "f"}}})}}), "functions", "unsupported_parameter"},
+      {"function_call", chatBody({{"function_call", "auto"}}), "function_call", "unsupported_parameter"},
+      {"prediction", chatBody({{"prediction", {{"type", "content"}, {"content", "x"}}}}), "prediction",
+       "unsupported_parameter"},
+      {"moderation", chatBody({{"moderation", {{"model", "omni-moderation-latest"}}}}), "moderation",
+       "unsupported_parameter"},
+      {"metadata", chatBody({{"metadata", {{"a", "b"}}}}), "metadata", "unsupported_parameter"},
+      {"store true", chatBody({{"store", true}}), "store", "unsupported_value"},
+      {"service_tier priority", chatBody({{"service_tier", "priority"}}), "service_tier", "unsupported_value"},
+      {"service_tier unknown", chatBody({{"service_tier", "gold"}}), "service_tier", "invalid_value"},
+      {"user not a string", chatBody({{"user", 5}}), "user", "invalid_type"},
+      {"safety_identifier not a string", chatBody({{"safety_identifier", 5}}), "safety_identifier", "invalid_type"},
+      {"reasoning_effort unknown", chatBody({{"reasoning_effort", "extreme"}}), "reasoning_effort", "invalid_value"},
+      {"verbosity unknown", chatBody({{"verbosity", "loud"}}), "verbosity", "invalid_value"},
+      {"web_search_options not an object", chatBody({{"web_search_options", "yes"}}), "web_search_options",
+       "invalid_type"},
+      {"obfuscation", chatBody({{"stream", true}, {"stream_options", {{"include_obfuscation", true}}}}),
+       "stream_options.include_obfuscation", "unsupported_value"},
+      {"unknown stream option", chatBody({{"stream", true}, {"stream_options", {{"chunk_size", 4}}}}),
+       "stream_options.chunk_size", "unknown_parameter"},
+      {"cache retention unknown", chatBody({{"prompt_cache_retention", "forever"}}), "prompt_cache_retention",
+       "invalid_value"},
+      {"explicit cache breakpoints", chatBody({{"prompt_cache_options", {{"mode", "explicit"}}}}),
+       "prompt_cache_options.mode", "unsupported_value"},
+      {"cache ttl", chatBody({{"prompt_cache_options", {{"ttl", "2h"}}}}), "prompt_cache_options.ttl",
+       "invalid_value"},
   };
   for (const ErrorCase& c : cases) expectError(parseChatCompletionRequest(c.body, kLimits), c);
+  // An unsupported value sent as its default is no request for it.
+  const ParsedChatRequest r = chatOk(chatBody({{"stream", true},
+                                               {"stream_options", {{"include_obfuscation", false}}},
+                                               {"store", false},
+                                               {"metadata", json::object()},
+                                               {"service_tier", "default"},
+                                               {"moderation", nullptr}}));
+  EXPECT_TRUE(r.stream);
 }
 
 TEST(ChatRequest, BodyMustBeAnObject) {
@@ -495,6 +553,12 @@ TEST(CompletionRequest, Refusals) {
        "integer_below_min_value"},
       {"echo a string", completionBody({{"echo", "yes"}}), "echo", "invalid_type"},
       {"temperature 9", completionBody({{"temperature", 9}}), "temperature", "invalid_value"},
+      {"unknown field", completionBody({{"messages", json::array()}}), "messages", "unknown_parameter"},
+      {"a chat-only field", completionBody({{"response_format", {{"type", "json_object"}}}}), "response_format",
+       "unknown_parameter"},
+      {"user not a string", completionBody({{"user", 1}}), "user", "invalid_type"},
+      {"obfuscation", completionBody({{"stream", true}, {"stream_options", {{"include_obfuscation", true}}}}),
+       "stream_options.include_obfuscation", "unsupported_value"},
   };
   for (const ErrorCase& c : cases) {
     ApiResult<ParsedCompletionRequest> r = parseCompletionRequest(c.body, kLimits);
@@ -602,8 +666,9 @@ TEST(ResponsesRequest, CodexRequest) {
   EXPECT_FALSE(r.store);
   EXPECT_EQ(r.prompt_cache_key, "0198-session");
   EXPECT_FALSE(r.prompt.parallel_tool_calls);
-  EXPECT_EQ(r.hosted_tools, (std::vector<std::string>{"web_search", "local_shell", "mcp"}));
-  EXPECT_EQ(r.ignored, std::vector<std::string>{"input item local_shell_call"});
+  EXPECT_EQ(r.hosted_tools,
+            (std::vector<std::string>{"input item local_shell_call", "web_search", "local_shell", "mcp"}));
+  EXPECT_TRUE(r.ignored.empty());
   ASSERT_EQ(r.prompt.tools.size(), 2u);
   EXPECT_EQ(r.prompt.tools[0].name, "shell");
   EXPECT_EQ(r.prompt.tools[0].parameters["required"], json::array({"command"}));
@@ -672,9 +737,13 @@ TEST(ResponsesRequest, ToolChoiceFormatsAndCustomCalls) {
   EXPECT_EQ(r.prompt.response_format.kind, ResponseFormat::Kind::kJsonSchema);
   EXPECT_EQ(r.prompt.response_format.schema, (json{{"type", "string"}}));
   EXPECT_EQ(r.prompt.response_format.param, "text.format.schema");
-  r = responsesOk(responsesBody({{"tools", tools}, {"tool_choice", {{"type", "web_search_preview"}}}}));
+  r = responsesOk(responsesBody({{"tools", tools},
+                                 {"tool_choice", {{"type", "web_search_preview"}}},
+                                 {"include", json::array({"web_search_call.action.sources", "reasoning.encrypted_content"})}}));
   EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kAuto);
-  EXPECT_EQ(r.ignored, std::vector<std::string>{"tool_choice"});
+  EXPECT_EQ(r.hosted_tools, (std::vector<std::string>{"tool_choice web_search_preview",
+                                                      "include web_search_call.action.sources"}));
+  EXPECT_TRUE(r.ignored.empty());
   r = responsesOk(responsesBody(
       {{"input", json::array({{{"type", "custom_tool_call"}, {"call_id", "c"}, {"name", "apply_patch"}, {"input", "*** Begin Patch"}},
                               {{"type", "custom_tool_call_output"}, {"call_id", "c"}, {"output", "Done"}}})}}));
@@ -709,6 +778,54 @@ TEST(ResponsesRequest, OutputTextLogprobsIncludeAsksForLogprobsWithTopLogprobsAl
   r = responsesOk(responsesBody());
   EXPECT_FALSE(r.sampling.options.logprobs);
   EXPECT_TRUE(r.ignored.empty());
+}
+
+TEST(ResponsesRequest, ReasoningVerbosityMetadataAndIdentifiers) {
+  ParsedResponsesRequest r = responsesOk(responsesBody({{"reasoning", {{"effort", "low"}, {"summary", "auto"},
+                                                                      {"mode", "standard"}, {"context", "current_turn"}}},
+                                                        {"text", {{"verbosity", "high"}}},
+                                                        {"metadata", {{"ticket", "T-1"}}},
+                                                        {"user", "u"},
+                                                        {"safety_identifier", "s"},
+                                                        {"client_metadata", {{"session_id", "x"}}},
+                                                        {"service_tier", "auto"},
+                                                        {"prompt_cache_retention", "in_memory"},
+                                                        {"stream", true},
+                                                        {"stream_options", {{"include_obfuscation", false}}}}));
+  EXPECT_EQ(r.prompt.reasoning, true);
+  EXPECT_EQ(r.prompt.reasoning_param, "reasoning.effort");
+  EXPECT_EQ(r.prompt.verbosity, Verbosity::kHigh);
+  EXPECT_EQ(r.echo["metadata"], (json{{"ticket", "T-1"}})) << "kept with the stored response";
+  EXPECT_EQ(r.echo["text"]["verbosity"], "high");
+  EXPECT_EQ(responsesOk(responsesBody({{"reasoning", {{"effort", "none"}}}})).prompt.reasoning, false);
+  EXPECT_FALSE(responsesOk(responsesBody({{"reasoning", {{"summary", "auto"}}}})).prompt.reasoning.has_value())
+      << "Codex's reasoning: no effort, the template's default";
+
+  json many = json::object();
+  for (int i = 0; i < 17; ++i) many["k" + std::to_string(i)] = "v";
+  ApiResult<ParsedResponsesRequest> refused = parseResponsesRequest(responsesBody({{"metadata", many}}), kLimits);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_EQ(refused.error().param, "metadata");
+}
+
+TEST(ResponsesRequest, AllowedToolsLeaveOnlyTheirFunctionsInThePrompt) {
+  const json tools = json::array({{{"type", "function"}, {"name", "f"}},
+                                  {{"type", "function"}, {"name", "g"}},
+                                  {{"type", "web_search"}}});
+  ParsedResponsesRequest r = responsesOk(responsesBody(
+      {{"tools", tools},
+       {"tool_choice", {{"type", "allowed_tools"}, {"mode", "required"},
+                        {"tools", json::array({{{"type", "function"}, {"name", "g"}}, {{"type", "web_search"}}})}}}}));
+  ASSERT_EQ(r.prompt.tools.size(), 1u);
+  EXPECT_EQ(r.prompt.tools[0].name, "g");
+  EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kRequired);
+  EXPECT_EQ(r.echo["tools"].size(), 3u) << "the echo repeats the tools as sent";
+  r = responsesOk(responsesBody(
+      {{"tools", tools},
+       {"tool_choice", {{"type", "allowed_tools"}, {"mode", "auto"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}}})}}}}));
+  ASSERT_EQ(r.prompt.tools.size(), 1u);
+  EXPECT_EQ(r.prompt.tools[0].name, "f");
+  EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kAuto);
 }
 
 TEST(ResponsesRequest, Refusals) {
@@ -763,6 +880,46 @@ TEST(ResponsesRequest, Refusals) {
        "top_logprobs", "integer_above_max_value"},
       {"top_logprobs -1", responsesBody({{"top_logprobs", -1}}), "top_logprobs", "integer_below_min_value"},
       {"reasoning a string", responsesBody({{"reasoning", "high"}}), "reasoning", "invalid_type"},
+      // Nothing is accepted without effect: what this server cannot do is refused.
+      {"unknown field", responsesBody({{"messages", json::array()}}), "messages", "unknown_parameter"},
+      {"a chat-only field", responsesBody({{"stop", "x"}}), "stop", "unknown_parameter"},
+      {"context_management", responsesBody({{"context_management", json::array({{{"type", "compaction"}}})}}),
+       "context_management", "unsupported_parameter"},
+      {"moderation", responsesBody({{"moderation", {{"model", "omni-moderation-latest"}}}}), "moderation",
+       "unsupported_parameter"},
+      {"reasoning effort unknown", responsesBody({{"reasoning", {{"effort", "huge"}}}}), "reasoning.effort",
+       "invalid_value"},
+      {"reasoning summary", responsesBody({{"reasoning", {{"summary", "detailed"}}}}), "reasoning.summary",
+       "unsupported_value"},
+      {"reasoning generate_summary", responsesBody({{"reasoning", {{"generate_summary", "concise"}}}}),
+       "reasoning.generate_summary", "unsupported_value"},
+      {"reasoning mode pro", responsesBody({{"reasoning", {{"mode", "pro"}}}}), "reasoning.mode", "unsupported_value"},
+      {"reasoning of all turns", responsesBody({{"reasoning", {{"context", "all_turns"}}}}), "reasoning.context",
+       "unsupported_value"},
+      {"reasoning unknown key", responsesBody({{"reasoning", {{"budget", 100}}}}), "reasoning.budget",
+       "unknown_parameter"},
+      {"text unknown key", responsesBody({{"text", {{"style", "x"}}}}), "text.style", "unknown_parameter"},
+      {"text.verbosity unknown", responsesBody({{"text", {{"verbosity", "loud"}}}}), "text.verbosity",
+       "invalid_value"},
+      {"include of an unknown entry", responsesBody({{"include", json::array({"everything"})}}), "include[0]",
+       "invalid_value"},
+      {"include of input images", responsesBody({{"include", json::array({"message.input_image.image_url"})}}),
+       "include[0]", "unsupported_value"},
+      {"metadata of numbers", responsesBody({{"metadata", {{"n", 1}}}}), "metadata.n", "invalid_type"},
+      {"metadata value too long", responsesBody({{"metadata", {{"k", std::string(513, 'v')}}}}), "metadata.k",
+       "invalid_value"},
+      {"service_tier flex", responsesBody({{"service_tier", "flex"}}), "service_tier", "unsupported_value"},
+      {"client_metadata a string", responsesBody({{"client_metadata", "x"}}), "client_metadata", "invalid_type"},
+      {"obfuscation", responsesBody({{"stream", true}, {"stream_options", {{"include_obfuscation", true}}}}),
+       "stream_options.include_obfuscation", "unsupported_value"},
+      {"allowed_tools naming no tool",
+       responsesBody({{"tools", json::array({{{"type", "function"}, {"name", "f"}}})},
+                      {"tool_choice", {{"type", "allowed_tools"}, {"mode", "auto"},
+                                       {"tools", json::array({{{"type", "function"}, {"name", "g"}}})}}}}),
+       "tool_choice.tools", "invalid_value"},
+      {"allowed_tools mode", responsesBody({{"tool_choice", {{"type", "allowed_tools"}, {"mode", "some"},
+                                                              {"tools", json::array()}}}}),
+       "tool_choice.mode", "invalid_value"},
   };
   for (const ErrorCase& c : cases) {
     ApiResult<ParsedResponsesRequest> r = parseResponsesRequest(c.body, kLimits);
