@@ -1,6 +1,8 @@
 // Stored responses by id: GET and DELETE /v1/responses/{id}, and the record a
 // previous_response_id names (response_store.h). Another key's response is
 // answered exactly as an unknown id.
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "proxy/gateway/gateway.h"
@@ -18,6 +20,36 @@ ApiError responseNotFound(std::string_view id) {
 }
 
 std::string idOf(const HttpRequest& request) { return request.path.substr(std::string_view("/v1/responses/").size()); }
+
+// GET /v1/responses/{id}'s query: OpenAI's retrieve takes stream,
+// starting_after, include and include_obfuscation. The stored object is
+// returned as it was made, whole and not streamed, so only the values that
+// ask for exactly that pass; anything else is a 400 naming it.
+std::optional<ApiError> checkRetrieveQuery(const HttpRequest& request) {
+  std::string_view query = request.query;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    const std::string key = percentDecode(pair.substr(0, eq), true).substr(0, 64);
+    const std::string value = eq == std::string_view::npos ? "" : percentDecode(pair.substr(eq + 1), true);
+    if (key == "include_obfuscation") continue;  // only streams are obfuscated, and none is sent
+    if (key == "stream" && value == "false") continue;
+    if (key == "stream" || key == "starting_after") {
+      return openai::invalidRequest(key, "unsupported_parameter",
+                                    "a stored response is returned whole; replaying it as a stream is not supported");
+    }
+    if (key == "include" || key == "include[]") {
+      return openai::invalidRequest("include", "unsupported_parameter",
+                                    "a stored response is returned as it was made; send include with the request "
+                                    "that creates it");
+    }
+    return openai::invalidRequest(key, "unknown_parameter", "Unrecognized request argument supplied: " + key);
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -89,6 +121,10 @@ openai::ApiResult<StoredConversation> Gateway::previousResponse(const HttpReques
 void Gateway::getResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
                           const billing::Principal& who) const {
   const std::string id = idOf(request);
+  // /v1/responses/{id}/input_items is not served: the URL's own 404, not
+  // "response not found" for an id with a slash in it.
+  if (id.find('/') != std::string::npos) return respondWithApiError(*exchange, unknownUrlError(request.method, request.path));
+  if (auto e = checkRetrieveQuery(request)) return respondWithApiError(*exchange, *e);
   if (responses_ == nullptr) return respondWithApiError(*exchange, responseNotFound(id));
   auto found = responses_->get(who.key_id, id);
   if (!found.isOk()) {
@@ -103,6 +139,7 @@ void Gateway::getResponse(const HttpRequest& request, std::shared_ptr<Exchange> 
 void Gateway::deleteResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
                              const billing::Principal& who) const {
   const std::string id = idOf(request);
+  if (id.find('/') != std::string::npos) return respondWithApiError(*exchange, unknownUrlError(request.method, request.path));
   if (responses_ == nullptr) return respondWithApiError(*exchange, responseNotFound(id));
   // A synced write (on the blocking pool): a deleted response must stay
   // deleted after a crash.

@@ -2,7 +2,9 @@
 // through the whole server over TLS: GET /v1/models/{id}, Responses
 // item_reference resolved from stored responses, truncation "auto", the
 // fields OpenAI's schema requires in a response (usage's cache_write_tokens,
-// a function tool's echoed strict), and Responses output_text logprobs.
+// a function tool's echoed strict), Responses output_text logprobs, and the
+// rule for every other field: an effect, a 400 naming it, or (hosted tools
+// only) skipped and named in a header.
 #include <string>
 #include <vector>
 
@@ -250,6 +252,64 @@ TEST_F(OpenAiSurfaceTest, ResponsesReportOutputTextLogprobsBlockingAndStreamed) 
   }
   ASSERT_TRUE(without.header("x-latentgate-ignored").has_value());
   EXPECT_NE(without.header("x-latentgate-ignored")->find("top_logprobs"), std::string::npos);
+}
+
+TEST_F(OpenAiSurfaceTest, FieldsWithoutEffectAreRefusedAndHostedToolsNamedInAHeader) {
+  const json messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  // A field this server does not know, and one it cannot do: OpenAI's 400, naming it.
+  CurlReply r = call("POST", "/v1/chat/completions", {{"model", "demo"}, {"messages", messages}, {"max_tokens", 2},
+                                                       {"chat_template_kwargs", {{"thinking", true}}}});
+  ASSERT_EQ(r.status, 400) << r.body;
+  json error = json::parse(r.body)["error"];
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_EQ(error["code"], "unknown_parameter");
+  EXPECT_EQ(error["param"], "chat_template_kwargs");
+  r = call("POST", "/v1/chat/completions", {{"model", "demo"}, {"messages", messages}, {"max_tokens", 2},
+                                            {"prediction", {{"type", "content"}, {"content", "Hello"}}}});
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "prediction");
+  r = call("POST", "/v1/responses", {{"model", "demo"}, {"input", "Hi"}, {"reasoning", {{"summary", "detailed"}}}});
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "reasoning.summary");
+
+  // A hosted tool: answered without it, and the header says what was skipped.
+  r = call("POST", "/v1/chat/completions",
+           {{"model", "demo"}, {"messages", messages}, {"max_tokens", 2}, {"web_search_options", json::object()}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-latentgate-hosted-tools-skipped"), "web_search") << r.head;
+  EXPECT_FALSE(r.header("x-latentgate-ignored").has_value()) << r.head;
+  r = call("POST", "/v1/responses",
+           {{"model", "demo"},
+            {"input", json::array({{{"role", "user"}, {"content", "Hi"}}, {{"type", "web_search_call"}, {"id", "ws_1"}}})},
+            {"tools", json::array({{{"type", "web_search"}}})},
+            {"max_output_tokens", 2},
+            {"store", false}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-latentgate-hosted-tools-skipped"), "input item web_search_call, web_search") << r.head;
+  // Identifiers are accepted: they change nothing in the output.
+  r = call("POST", "/v1/chat/completions", {{"model", "demo"}, {"messages", messages}, {"max_tokens", 2},
+                                            {"user", "u-1"}, {"safety_identifier", "s-1"}, {"prompt_cache_key", "k"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST_F(OpenAiSurfaceTest, StoredResponsesRefuseWhatTheyCannotReturn) {
+  const CurlReply made = call("POST", "/v1/responses", {{"model", "demo"}, {"input", "Hi"}, {"max_output_tokens", 2},
+                                                       {"metadata", {{"ticket", "T-1"}}}});
+  ASSERT_EQ(made.status, 200) << made.body;
+  const std::string id = json::parse(made.body)["id"];
+  CurlReply r = call("GET", "/v1/responses/" + id + "?include_obfuscation=false");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["metadata"], (json{{"ticket", "T-1"}})) << "metadata is kept with the response";
+  r = call("GET", "/v1/responses/" + id + "?stream=true");
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "stream");
+  r = call("GET", "/v1/responses/" + id + "?include=message.output_text.logprobs");
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "include");
+  // input_items is not served: the URL's 404, not "no such response".
+  r = call("GET", "/v1/responses/" + id + "/input_items");
+  ASSERT_EQ(r.status, 404) << r.body;
+  EXPECT_NE(json::parse(r.body)["error"]["message"].get<std::string>().find("Invalid URL"), std::string::npos) << r.body;
 }
 
 }  // namespace
