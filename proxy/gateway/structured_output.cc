@@ -171,14 +171,20 @@ ApiResult<ReplyConstraint> StructuredOutput::describeChat(const openai::ChatProm
       tool.name = t.name;
       tool.strict = t.strict;
       tool.parameters = t.parameters.is_null() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(t.parameters.dump());
-      // Chat nests the function ({"type": "function", "function": {...}}); Responses does not.
+      // The tool as sent, found by its name (Responses' allowed_tools may
+      // have left some out of the prompt). Chat nests the function
+      // ({"type": "function", "function": {...}}); Responses does not.
       std::string param = "tools[" + std::to_string(i) + "].parameters";
-      if (sent_tools != nullptr && i < sent_tools->size()) {
-        const nlohmann::ordered_json& sent = (*sent_tools)[i];
-        const bool nested = sent.contains("function");
+      for (size_t j = 0; sent_tools != nullptr && j < sent_tools->size(); ++j) {
+        const nlohmann::ordered_json& sent = (*sent_tools)[j];
+        const bool nested = sent.is_object() && sent.contains("function");
         const nlohmann::ordered_json& fn = nested ? sent["function"] : sent;
-        if (nested) param = "tools[" + std::to_string(i) + "].function.parameters";
-        if (fn.is_object() && fn.contains("parameters") && fn.value("name", "") == t.name) tool.parameters = fn["parameters"];
+        // (A hosted tool's fields were not checked by the parser: no value() that could throw.)
+        const auto name = fn.is_object() ? fn.find("name") : fn.end();
+        if (!fn.is_object() || name == fn.end() || !name->is_string() || *name != t.name) continue;
+        param = "tools[" + std::to_string(j) + (nested ? "].function.parameters" : "].parameters");
+        if (fn.contains("parameters")) tool.parameters = fn["parameters"];
+        break;
       }
       spec.tools.push_back(std::move(tool));
       out.tool_params.push_back(std::move(param));
