@@ -90,15 +90,9 @@ class BillingEdgeTest : public ::testing::Test {
 
   // The request's ledger entry, once committed (commits are asynchronous).
   billing::LedgerEntry entryOf(const std::string& request_id) {
-    const auto deadline = Clock::now() + 30s;
-    while (Clock::now() < deadline) {
-      auto found = server().ledger().find(request_id);
-      EXPECT_TRUE(found.isOk());
-      if (found.isOk() && found->has_value()) return **found;
-      std::this_thread::sleep_for(5ms);
-    }
-    ADD_FAILURE() << "no ledger entry for " << request_id;
-    return {};
+    std::optional<billing::LedgerEntry> e = harness_->ledgerEntry(request_id);
+    if (!e) ADD_FAILURE() << "no ledger entry for " << request_id;
+    return e.value_or(billing::LedgerEntry{});
   }
   static std::string requestIdOf(const CurlReply& r) { return r.header("x-request-id").value_or(""); }
   static std::string requestIdOf(const std::string& raw) {

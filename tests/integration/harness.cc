@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "engine/model/presets.h"
 #include "serving/serving_config.h"
@@ -84,6 +85,24 @@ std::string Harness::url(std::string_view path) const { return server_->url() + 
 std::string Harness::newKey(const std::string& team, const std::string& name) {
   auto created = server_->keys().create(team, name);
   return created.isOk() ? created->second : std::string();
+}
+
+proxy::testing::CurlReply Harness::call(const std::string& method, const std::string& path, const std::string& key,
+                                        const nlohmann::json& body, std::vector<std::string> extra) const {
+  if (!key.empty()) extra.insert(extra.end(), {"-H", "Authorization: Bearer " + key});
+  if (!body.is_null()) extra.insert(extra.end(), {"-H", "content-type: application/json", "--data-binary", body.dump()});
+  return proxy::testing::curlOverTls(caFile(), port(), method, path, extra, 120);
+}
+
+std::optional<billing::LedgerEntry> Harness::ledgerEntry(const std::string& request_id,
+                                                         std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  do {
+    auto found = server_->ledger().find(request_id);
+    if (found.isOk() && found->has_value()) return **found;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return std::nullopt;
 }
 
 }  // namespace lg::test

@@ -17,6 +17,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cache/prefix_cache.h"
 #include "cli/engine_loader.h"
@@ -24,6 +28,7 @@
 #include "common/status.h"
 #include "config/options.h"
 #include "proxy/server/server.h"
+#include "tests/integration/curl_client.h"
 #include "tests/support/temp_dir.h"
 
 namespace lg::test {
@@ -62,6 +67,15 @@ class Harness {
   const std::string& dataDir() const { return data_.path(); }
   // A new API key of `team`, made in the key store.
   std::string newKey(const std::string& team, const std::string& name = "integration test");
+  // curl over TLS to this server, as `key` (Authorization: Bearer; empty:
+  // none), with `body` as JSON unless it is null; `extra` curl arguments
+  // come first.
+  proxy::testing::CurlReply call(const std::string& method, const std::string& path, const std::string& key,
+                                 const nlohmann::json& body = nullptr, std::vector<std::string> extra = {}) const;
+  // The request's ledger entry once committed (a commit may trail the
+  // response's last byte), waiting up to `wait`; nullopt: none came.
+  std::optional<billing::LedgerEntry> ledgerEntry(const std::string& request_id,
+                                                  std::chrono::milliseconds wait = std::chrono::seconds(30));
   // Stops the server (its streams get `grace`); the harness keeps its data.
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0)) { server_->stop(grace); }
 
@@ -74,6 +88,33 @@ class Harness {
   cli::OpenedCache cache_;
   std::unique_ptr<proxy::Server> server_;
   std::string admin_key_;
+};
+
+// The fixture of the tests that need one server and one key (of team-a).
+class OneKeyServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = Harness::start(HarnessOptions{});
+    ASSERT_TRUE(started.isOk()) << started.status().toString();
+    harness_ = std::move(started).value();
+    key_ = harness_->newKey("team-a");
+  }
+  proxy::Server& server() { return harness_->server(); }
+  // As the fixture's key unless `key` names another.
+  proxy::testing::CurlReply call(const std::string& method, const std::string& path,
+                                 const nlohmann::json& body = nullptr, const std::string& key = "",
+                                 std::vector<std::string> extra = {}) const {
+    return harness_->call(method, path, key.empty() ? key_ : key, body, std::move(extra));
+  }
+  // The request's ledger entry; the test fails when none is committed in 30 s.
+  billing::LedgerEntry entryOf(const std::string& request_id) const {
+    std::optional<billing::LedgerEntry> e = harness_->ledgerEntry(request_id);
+    if (!e) ADD_FAILURE() << "no ledger entry for " << request_id;
+    return e.value_or(billing::LedgerEntry{});
+  }
+
+  std::unique_ptr<Harness> harness_;
+  std::string key_;
 };
 
 }  // namespace lg::test

@@ -22,23 +22,7 @@ namespace {
 using json = nlohmann::json;
 using testing::CurlReply;
 
-class OpenAiSurfaceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto started = test::Harness::start(test::HarnessOptions{});
-    ASSERT_TRUE(started.isOk()) << started.status().toString();
-    harness_ = std::move(started).value();
-    key_ = harness_->newKey("team-a");
-  }
-  CurlReply call(const std::string& method, const std::string& path, const json& body = nullptr,
-                 const std::string& key = "") {
-    std::vector<std::string> extra = {"-H", "Authorization: Bearer " + (key.empty() ? key_ : key)};
-    if (!body.is_null()) extra.insert(extra.end(), {"-H", "content-type: application/json", "--data-binary", body.dump()});
-    return testing::curlOverTls(harness_->caFile(), harness_->port(), method, path, extra, 120);
-  }
-  std::unique_ptr<test::Harness> harness_;
-  std::string key_;
-};
+class OpenAiSurfaceTest : public test::OneKeyServerTest {};
 
 struct SseEvent {
   std::string type;

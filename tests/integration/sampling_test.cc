@@ -1,9 +1,7 @@
 // The sampling surface through the whole server over TLS: `n` choices of one
 // prompt (computed once, the others reuse its blocks through the cache) and
 // logit_bias, read back from the responses and the server's own ledger.
-#include <chrono>
 #include <set>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -15,41 +13,15 @@
 namespace lg::proxy {
 namespace {
 
-using namespace std::chrono_literals;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 using testing::CurlReply;
 
-class SamplingTest : public ::testing::Test {
+class SamplingTest : public test::OneKeyServerTest {
  protected:
-  void SetUp() override {
-    auto started = test::Harness::start(test::HarnessOptions{});
-    ASSERT_TRUE(started.isOk()) << started.status().toString();
-    harness_ = std::move(started).value();
-    key_ = harness_->newKey("team-a");
-  }
-  Server& server() { return harness_->server(); }
-
-  CurlReply post(const std::string& path, const json& body) {
-    return testing::curlOverTls(harness_->caFile(), harness_->port(), "POST", path,
-                                {"-N", "-H", "content-type: application/json", "-H", "Authorization: Bearer " + key_,
-                                 "--data-binary", body.dump()},
-                                120);
-  }
+  CurlReply post(const std::string& path, const json& body) { return call("POST", path, body, "", {"-N"}); }
   billing::LedgerEntry entryOf(const CurlReply& r) {
-    const std::string id = r.header("x-request-id").value_or("");
-    const auto deadline = Clock::now() + 30s;
-    while (Clock::now() < deadline) {
-      auto found = server().ledger().find(id);
-      if (found.isOk() && found->has_value()) return **found;
-      std::this_thread::sleep_for(5ms);
-    }
-    ADD_FAILURE() << "no ledger entry for " << id;
-    return {};
+    return OneKeyServerTest::entryOf(r.header("x-request-id").value_or(""));
   }
-
-  std::unique_ptr<test::Harness> harness_;
-  std::string key_;
 };
 
 // A prompt of a few blocks (the harness's block is 16 tokens).

@@ -6,8 +6,6 @@
 //     marked deleted);
 //   - the same system prompt has unrelated fingerprints in two teams;
 //   - time parameters near INT64_MAX on the usage routes answer 400.
-#include <chrono>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -19,9 +17,7 @@
 namespace lg::proxy {
 namespace {
 
-using namespace std::chrono_literals;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 struct Reply : testing::CurlReply {
   json parsed() const { return json::parse(body, nullptr, false); }
@@ -68,15 +64,9 @@ class TenancyTest : public ::testing::Test {
   }
   // The request's ledger entry, once committed (commits are asynchronous).
   billing::LedgerEntry entryOf(const std::string& request_id) {
-    const auto deadline = Clock::now() + 30s;
-    while (Clock::now() < deadline) {
-      auto found = server().ledger().find(request_id);
-      EXPECT_TRUE(found.isOk());
-      if (found.isOk() && found->has_value()) return **found;
-      std::this_thread::sleep_for(5ms);
-    }
-    ADD_FAILURE() << "no ledger entry for " << request_id;
-    return {};
+    std::optional<billing::LedgerEntry> e = harness_->ledgerEntry(request_id);
+    if (!e) ADD_FAILURE() << "no ledger entry for " << request_id;
+    return e.value_or(billing::LedgerEntry{});
   }
   std::string sessionFor(const std::string& key) const {
     const Reply r = curl("POST", "/dashboard/session",
