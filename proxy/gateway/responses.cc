@@ -154,6 +154,7 @@ void Gateway::continueResponse(const HttpRequest& request, std::shared_ptr<Excha
   ro.tokenizer = &tokenizer_;
   ro.params = parsed->params;
   ro.retry = generation_.retry();
+  ro.tool_origins = openai::toolOrigins(parsed->prompt.tools);
   plan.responder = [ro = std::move(ro)](openai::UsageCostHook cost) mutable {
     ro.cost = std::move(cost);
     return std::make_shared<openai::ResponsesResponder>(std::move(ro));

@@ -171,12 +171,22 @@ ApiResult<ReplyConstraint> StructuredOutput::describeChat(const openai::ChatProm
       tool.name = t.name;
       tool.strict = t.strict;
       tool.parameters = t.parameters.is_null() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(t.parameters.dump());
-      // The tool as sent, found by its name (Responses' allowed_tools may
-      // have left some out of the prompt). Chat nests the function
-      // ({"type": "function", "function": {...}}); Responses does not.
+      // The tool as sent: where the parser found it (Responses), else by
+      // its name (chat, whose function is nested: {"type": "function",
+      // "function": {...}}). A custom tool's parameters are made by the
+      // parser, around its format's regex.
       std::string param = "tools[" + std::to_string(i) + "].parameters";
-      for (size_t j = 0; sent_tools != nullptr && j < sent_tools->size(); ++j) {
-        const nlohmann::ordered_json& sent = (*sent_tools)[j];
+      const nlohmann::ordered_json* search = sent_tools;
+      if (t.origin.custom) {
+        param = t.param + ".format.definition";
+        search = nullptr;
+      } else if (!t.param.empty()) {
+        param = t.param + ".parameters";
+        if (nlohmann::ordered_json sent = orderedSchema(body, param); sent.is_object()) tool.parameters = std::move(sent);
+        search = nullptr;
+      }
+      for (size_t j = 0; search != nullptr && j < search->size(); ++j) {
+        const nlohmann::ordered_json& sent = (*search)[j];
         const bool nested = sent.is_object() && sent.contains("function");
         const nlohmann::ordered_json& fn = nested ? sent["function"] : sent;
         // (A hosted tool's fields were not checked by the parser: no value() that could throw.)
@@ -220,11 +230,19 @@ ApiResult<serving::TokenConstraintFactory> StructuredOutput::compile(const Reply
     std::string param = reply.content_param;
     if (e->tool && *e->tool < reply.tool_params.size()) {
       param = reply.tool_params[*e->tool];
-      if (e->keyword == "name") param = param.substr(0, param.size() - std::string_view("parameters").size()) + "name";
+      if (e->keyword == "name" && param.ends_with("parameters")) {
+        param = param.substr(0, param.size() - std::string_view("parameters").size()) + "name";
+      }
     } else if (e->keyword == "tool_choice") {
       param = "tool_choice";
     } else if (param.empty()) {
       param = "tools";
+    }
+    if (param.ends_with(".format.definition")) {
+      // A custom tool's regex: the schema around it is this server's.
+      grammar::GrammarError in_definition = *e;
+      in_definition.path.clear();
+      return grammarError(in_definition, param);
     }
     return grammarError(*e, param);
   }

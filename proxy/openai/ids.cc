@@ -31,7 +31,7 @@ std::optional<OutputItemRef> parseOutputItemId(std::string_view id) {
     return std::nullopt;
   }
   const std::string_view kind = id.substr(0, prefix + 1);
-  if (kind != "msg_" && kind != "fc_" && kind != "rs_") return std::nullopt;
+  if (kind != "msg_" && kind != "fc_" && kind != "ctc_" && kind != "rs_") return std::nullopt;
   size_t index = 0;
   for (char c : id.substr(last + 1)) {
     if (c < '0' || c > '9') return std::nullopt;

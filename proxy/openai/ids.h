@@ -14,7 +14,7 @@ namespace lg::proxy::openai {
 // generator seeded from std::random_device: unique in practice, not secret.
 std::string newId(std::string_view prefix, size_t random_chars = 24);
 
-// The id of a Responses output item: its prefix ("msg_", "fc_", "rs_"), the
+// The id of a Responses output item: its prefix ("msg_", "fc_", "ctc_", "rs_"), the
 // response id's random part and the item's output index, "msg_<R>_2" for
 // output[2] of "resp_<R>". So an item_reference names where the item is
 // stored, and the server needs no index of items to resolve it.

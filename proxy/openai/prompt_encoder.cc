@@ -139,7 +139,15 @@ TemplateTraits probeTemplate(const text::ChatTemplate& chat_template) {
 std::string toolsSystemText(const std::vector<FunctionTool>& tools, const ToolChoice& choice, bool parallel_calls,
                             ToolCallSyntax syntax) {
   std::string out = "## Tools\n\nYou can call the following functions.\n";
+  const std::string* ns = nullptr;  // the namespace whose functions are being listed
   for (const FunctionTool& tool : tools) {
+    if (!tool.origin.ns.empty() && (ns == nullptr || *ns != tool.origin.ns)) {
+      // A namespace's description once, before the first of its functions.
+      if (!tool.origin.ns_description.empty()) {
+        out += "\nThe functions " + tool.origin.ns + ".*: " + tool.origin.ns_description + "\n";
+      }
+    }
+    ns = &tool.origin.ns;
     out += "\n### " + tool.name + "\n";
     if (!tool.description.empty()) out += "Description: " + tool.description + "\n";
     out += "Parameters: " + (tool.parameters.is_null() ? std::string("{}") : jsonText(tool.parameters)) + "\n";

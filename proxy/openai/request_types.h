@@ -37,13 +37,32 @@ struct ChatMessage {
   std::string tool_call_id;          // tool only
 };
 
+// Where a Responses tool that is not a plain function came from, so that a
+// call of it is reported as the item the client expects (responses_response.h).
+struct ToolOrigin {
+  // The namespace tool it belongs to, or empty. A namespace's function is
+  // offered to the model as "NS.NAME" and reported as a function_call with
+  // `namespace: NS` and `name: NAME`.
+  std::string ns;
+  std::string ns_description;  // the namespace's description, rendered once before its functions
+  // A custom (freeform) tool: offered as a function of one string argument,
+  // {"input": TEXT}, and reported as a custom_tool_call with `input: TEXT`.
+  bool custom = false;
+  bool operator==(const ToolOrigin&) const = default;
+};
+
 struct FunctionTool {
-  std::string name;         // ^[A-Za-z0-9_-]{1,64}$, as OpenAI requires
+  std::string name;         // ^[A-Za-z0-9_-]{1,64}$, as OpenAI requires; "NS.NAME" in a namespace
   std::string description;  // may be empty
   nlohmann::json parameters;  // a JSON Schema object, or null when absent
   // Whether the arguments must match `parameters` exactly (OpenAI's strict
   // mode). Chat's default is false, the Responses API's true.
   bool strict = false;
+  ToolOrigin origin;  // Responses' namespace and custom tools
+  // Where the request defined the tool ("tools[3]", "tools[4].tools[1]"):
+  // the gateway reads its parameters again there in the client's key order,
+  // and names it in errors. Empty: found by name (chat).
+  std::string param;
 };
 
 struct ToolChoice {

@@ -30,6 +30,120 @@ bool isHostedItem(std::string_view type) {
   return std::find(std::begin(kHosted), std::end(kHosted), type) != std::end(kHosted);
 }
 
+// A custom tool's input as the model writes it: the one argument of the
+// function it is offered as (customTool).
+std::string customArguments(const std::string& input) { return json{{"input", input}}.dump(); }
+
+// A custom tool {type: "custom", name, description, format}: offered to the
+// model as a strict function of one string argument, {"input": TEXT}.
+// format {type: "text"} (the default) leaves TEXT free; {type: "grammar",
+// syntax: "regex", definition} makes the whole of TEXT match the regular
+// expression, enforced by constrained decoding as a JSON Schema `pattern`
+// (docs/grammar.md has the subset); syntax "lark" is refused: no Lark
+// grammar engine here.
+ApiResult<FunctionTool> readCustomTool(const json& tool, const std::string& path, ToolOrigin origin) {
+  FieldReader r(tool, path);
+  FunctionTool out;
+  std::string name;
+  if (!r.string("name", name) && !r.failed()) r.missing("name");
+  r.string("description", out.description);
+  if (r.failed()) return r.takeError();
+  if (auto error = detail::checkFunctionName(name, r.path("name"))) return *error;
+  json input = json{{"type", "string"}};
+  if (const json* format = r.find("format")) {
+    if (!format->is_object()) return wrongType(r.path("format"), "an object", *format);
+    FieldReader f(*format, r.path("format"));
+    std::string type, syntax, definition;
+    if (!f.string("type", type) && !f.failed()) f.missing("type");
+    if (f.failed()) return f.takeError();
+    if (type == "grammar") {
+      if (!f.string("syntax", syntax) && !f.failed()) f.missing("syntax");
+      if (!f.string("definition", definition) && !f.failed()) f.missing("definition");
+      if (f.failed()) return f.takeError();
+      if (syntax == "lark") {
+        return invalidRequest(f.path("syntax"), "unsupported_value",
+                              "Lark grammars are not supported by this server (it has no Lark engine); send a "
+                              "'regex' grammar or a 'text' format");
+      }
+      if (syntax != "regex") {
+        return invalidRequest(f.path("syntax"), "invalid_value",
+                              f.path("syntax") + " must be 'lark' or 'regex', got '" + syntax + "'");
+      }
+      // The whole input matches (a JSON Schema pattern matches anywhere
+      // unless anchored); anchors the definition has at its ends are kept
+      // as the wrapper's.
+      std::string_view re = definition;
+      if (re.starts_with('^')) re.remove_prefix(1);
+      if (re.ends_with('$')) {
+        size_t backslashes = 0;
+        while (backslashes + 1 < re.size() && re[re.size() - 2 - backslashes] == '\\') ++backslashes;
+        if (backslashes % 2 == 0) re.remove_suffix(1);
+      }
+      input["pattern"] = "^(?:" + std::string(re) + ")$";
+    } else if (type != "text") {
+      return invalidRequest(f.path("type"), "invalid_value",
+                            f.path("type") + " must be 'text' or 'grammar', got '" + type + "'");
+    }
+  }
+  out.parameters = json{{"type", "object"},
+                        {"properties", {{"input", std::move(input)}}},
+                        {"required", json::array({"input"})},
+                        {"additionalProperties", false}};
+  // Strict whatever the format: the arguments are then always one JSON
+  // string the input can be read from.
+  out.strict = true;
+  out.name = origin.ns.empty() ? name : origin.ns + "." + name;
+  out.origin = std::move(origin);
+  out.origin.custom = true;
+  out.param = path;
+  return out;
+}
+
+// A namespace tool {type: "namespace", name, description, tools: [function
+// or custom tools]} (Codex CLI sends one): each of its tools is offered as
+// "NS.NAME". Its functions are strict only when they say so: OpenAI's
+// "strict when the schema is compatible" would turn a schema the grammar
+// engine cannot enforce into a 400 here.
+std::optional<ApiError> readNamespace(const json& tool, const std::string& path, std::vector<FunctionTool>& out) {
+  FieldReader r(tool, path);
+  ToolOrigin origin;
+  if (!r.string("name", origin.ns) && !r.failed()) r.missing("name");
+  r.string("description", origin.ns_description);
+  if (r.failed()) return r.takeError();
+  if (auto error = detail::checkFunctionName(origin.ns, r.path("name"))) return error;
+  const json* tools = r.find("tools");
+  if (tools == nullptr) {
+    r.missing("tools");
+    return r.takeError();
+  }
+  if (!tools->is_array()) return wrongType(r.path("tools"), "an array", *tools);
+  for (size_t k = 0; k < tools->size(); ++k) {
+    const std::string inner = indexPath(r.path("tools"), k);
+    const json& t = (*tools)[k];
+    if (!t.is_object()) return wrongType(inner, "an object", t);
+    FieldReader tr(t, inner);
+    std::string type;
+    if (!tr.string("type", type) && !tr.failed()) tr.missing("type");
+    if (tr.failed()) return tr.takeError();
+    if (type == "function") {
+      ApiResult<FunctionTool> f = detail::readFunction(t, inner);
+      if (!f) return f.error();
+      f->name = origin.ns + "." + f->name;
+      f->origin = origin;
+      f->param = inner;
+      out.push_back(std::move(*f));
+    } else if (type == "custom") {
+      ApiResult<FunctionTool> c = readCustomTool(t, inner, origin);
+      if (!c) return c.error();
+      out.push_back(std::move(*c));
+    } else {
+      return invalidRequest(tr.path("type"), "invalid_value",
+                            tr.path("type") + " must be 'function' or 'custom' in a namespace, got '" + type + "'");
+    }
+  }
+  return std::nullopt;
+}
+
 const detail::TextPartTypes kInputParts{{"input_text", "output_text", "text"}, false};
 const detail::TextPartTypes kAssistantParts{{"output_text", "input_text", "text"}, true};
 
@@ -60,14 +174,23 @@ ApiResult<ChatMessage> parseMessageItem(const json& item, const std::string& pat
   return msg;
 }
 
-// function_call {call_id, name, arguments} or custom_tool_call {call_id, name, input}.
-ApiResult<ToolCall> parseCallItem(const json& item, const std::string& path, std::string_view arguments_key) {
+// function_call {call_id, name, arguments} or custom_tool_call {call_id, name,
+// input}, either with the `namespace` of a namespace tool's function. Written
+// as the model writes such a call (the tools' names and arguments as
+// offered to it), so that a conversation sent back renders the tokens the
+// reply was made of: "NS.NAME", and a custom tool's input as {"input": TEXT}.
+ApiResult<ToolCall> parseCallItem(const json& item, const std::string& path, bool custom) {
   FieldReader r(item, path);
   ToolCall call;
+  std::string ns;
+  const std::string_view arguments_key = custom ? "input" : "arguments";
   if (!r.string("call_id", call.id) && !r.failed()) r.missing("call_id");
   if (!r.string("name", call.name) && !r.failed()) r.missing("name");
   if (!r.string(arguments_key, call.arguments) && !r.failed()) r.missing(arguments_key);
+  r.string("namespace", ns);
   if (r.failed()) return r.takeError();
+  if (!ns.empty()) call.name = ns + "." + call.name;
+  if (custom) call.arguments = customArguments(call.arguments);
   return call;
 }
 
@@ -129,7 +252,7 @@ ApiResult<std::vector<ChatMessage>> parseInput(const json& input, const ParseLim
       if (!m) return m.error();
       messages.push_back(std::move(*m));
     } else if (type == "function_call" || type == "custom_tool_call") {
-      ApiResult<ToolCall> call = parseCallItem(item, path, type == "function_call" ? "arguments" : "input");
+      ApiResult<ToolCall> call = parseCallItem(item, path, type == "custom_tool_call");
       if (!call) return call.error();
       appendCall(messages, std::move(*call));
     } else if (type == "function_call_output" || type == "custom_tool_call_output") {
@@ -153,13 +276,32 @@ ApiResult<std::vector<ChatMessage>> parseInput(const json& input, const ParseLim
   return messages;
 }
 
-// A tool choice, and for allowed_tools the function names the reply may call.
+// The name the model calls a tool by, for a tool choice's {type, name}:
+// "function" names a function (a namespace's by "NS.NAME", or by NAME when
+// one namespace alone has it), "custom" a custom tool. Empty: none.
+std::string promptName(const std::vector<FunctionTool>& tools, bool custom, const std::string& name) {
+  const FunctionTool* found = nullptr;
+  int matches = 0;
+  for (const FunctionTool& t : tools) {
+    if (t.origin.custom != custom) continue;
+    if (t.name == name) return t.name;
+    if (!t.origin.ns.empty() && t.name.size() == t.origin.ns.size() + 1 + name.size() && t.name.ends_with(name)) {
+      found = &t;
+      ++matches;
+    }
+  }
+  return matches == 1 ? found->name : std::string();
+}
+
+// A tool choice, and for allowed_tools the tools the reply may call, by the
+// names the model calls them.
 struct ParsedToolChoice {
   ToolChoice choice;
   std::optional<std::vector<std::string>> allowed;
 };
 
-ApiResult<ParsedToolChoice> parseToolChoice(const json& v, std::vector<std::string>& hosted) {
+ApiResult<ParsedToolChoice> parseToolChoice(const json& v, const std::vector<FunctionTool>& offered,
+                                            std::vector<std::string>& hosted) {
   ParsedToolChoice out;
   ToolChoice& choice = out.choice;
   if (v.is_string()) {
@@ -178,15 +320,23 @@ ApiResult<ParsedToolChoice> parseToolChoice(const json& v, std::vector<std::stri
   std::string type;
   if (!r.string("type", type) && !r.failed()) r.missing("type");
   if (r.failed()) return r.takeError();
-  if (type == "function") {
-    if (!r.string("name", choice.function) && !r.failed()) r.missing("name");
+  if (type == "function" || type == "custom") {
+    std::string name;
+    if (!r.string("name", name) && !r.failed()) r.missing("name");
     if (r.failed()) return r.takeError();
+    choice.function = promptName(offered, type == "custom", name);
+    if (choice.function.empty()) {
+      return invalidRequest("tool_choice", "invalid_value",
+                            "tool_choice names the " + std::string(type == "custom" ? "custom tool" : "function") +
+                                " '" + name + "', which is not among the tools");
+    }
     choice.mode = ToolChoice::Mode::kFunction;
     return out;
   }
   if (type == "allowed_tools") {
     // {mode: "auto" | "required", tools: [...]}: the reply may call only the
-    // listed functions. Hosted entries are skipped as their tools are.
+    // listed functions and custom tools. Hosted entries are skipped as their
+    // tools are.
     std::string mode;
     if (!r.string("mode", mode) && !r.failed()) r.missing("mode");
     if (r.failed()) return r.takeError();
@@ -209,16 +359,23 @@ ApiResult<ParsedToolChoice> parseToolChoice(const json& v, std::vector<std::stri
       std::string tool_type, name;
       if (!t.string("type", tool_type) && !t.failed()) t.missing("type");
       if (t.failed()) return t.takeError();
-      if (tool_type != "function") continue;
+      if (tool_type != "function" && tool_type != "custom") continue;
       if (!t.string("name", name) && !t.failed()) t.missing("name");
       if (t.failed()) return t.takeError();
-      out.allowed->push_back(std::move(name));
+      std::string prompt_name = promptName(offered, tool_type == "custom", name);
+      if (prompt_name.empty()) {
+        return invalidRequest("tool_choice.tools", "invalid_value",
+                              "tool_choice.tools names the " +
+                                  std::string(tool_type == "custom" ? "custom tool" : "function") + " '" + name +
+                                  "', which is not among the tools");
+      }
+      out.allowed->push_back(std::move(prompt_name));
     }
     return out;
   }
-  // A hosted tool (web_search_preview, file_search, mcp, shell, ...) or a
-  // custom tool, whose tools are skipped: nothing here can run them, so the
-  // model chooses among the function tools, and the header says so.
+  // A hosted tool (web_search_preview, file_search, mcp, shell, ...), whose
+  // tools are skipped: nothing here can run them, so the model chooses among
+  // the client's tools, and the header says so.
   addOnce(hosted, "tool_choice " + type);
   return out;
 }
@@ -368,32 +525,39 @@ ApiResult<ParsedResponsesRequest> parseResponsesRequest(const json& body, const 
         if (!f) return f.error();
         // The Responses API's function tools are strict unless they say not.
         if (!tool.contains("strict")) f->strict = true;
+        f->param = path;
         // The echo has every field OpenAI's FunctionTool schema requires.
         json& echoed = echo["tools"][k];
         echoed["strict"] = f->strict;
         if (!echoed.contains("parameters")) echoed["parameters"] = nullptr;
         if (!echoed.contains("description")) echoed["description"] = nullptr;
         out.prompt.tools.push_back(std::move(*f));
+      } else if (type == "custom") {
+        ApiResult<FunctionTool> c = readCustomTool(tool, path, ToolOrigin{});
+        if (!c) return c.error();
+        out.prompt.tools.push_back(std::move(*c));
+      } else if (type == "namespace") {
+        if (auto error = readNamespace(tool, path, out.prompt.tools)) return *error;
       } else {
         addOnce(out.hosted_tools, type);
+      }
+    }
+    for (size_t i = 0; i < out.prompt.tools.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (out.prompt.tools[i].name != out.prompt.tools[j].name) continue;
+        return invalidRequest(out.prompt.tools[i].param + ".name", "invalid_value",
+                              "tools: the name '" + out.prompt.tools[i].name + "' is used by two tools");
       }
     }
   }
   echo["tool_choice"] = "auto";
   if (const json* choice = r.find("tool_choice")) {
-    ApiResult<ParsedToolChoice> c = parseToolChoice(*choice, out.hosted_tools);
+    ApiResult<ParsedToolChoice> c = parseToolChoice(*choice, out.prompt.tools, out.hosted_tools);
     if (!c) return c.error();
     out.prompt.tool_choice = std::move(c->choice);
     if (c->allowed) {
-      // allowed_tools: the other functions are left out of the prompt, so
-      // the model is offered (and the grammar allows) only these.
-      for (const std::string& name : *c->allowed) {
-        if (std::none_of(out.prompt.tools.begin(), out.prompt.tools.end(),
-                         [&](const FunctionTool& t) { return t.name == name; })) {
-          return invalidRequest("tool_choice.tools", "invalid_value",
-                                "tool_choice.tools names the function '" + name + "', which is not among the tools");
-        }
-      }
+      // allowed_tools: the other tools are left out of the prompt, so the
+      // model is offered (and the grammar allows) only these.
       std::erase_if(out.prompt.tools, [&](const FunctionTool& t) {
         return std::find(c->allowed->begin(), c->allowed->end(), t.name) == c->allowed->end();
       });

@@ -5,8 +5,10 @@
 // user, system, developer or assistant; content a string or input_text /
 // output_text parts), function_call and function_call_output (and their
 // custom_tool_call counterparts), reasoning items (skipped: the templates drop
-// past reasoning). `instructions` becomes the first system message. Function
-// tools are rendered; hosted tools (web_search, file_search,
+// past reasoning). `instructions` becomes the first system message. The tools
+// that run at the client are rendered: functions, custom tools (as a function
+// of one string argument, {"input": TEXT}) and namespace tools (each of their
+// tools as "NS.NAME"), with FunctionTool::origin saying which. Hosted tools (web_search, file_search,
 // code_interpreter, computer_use, local_shell, mcp, ...), their input items,
 // tool choices and include entries are left out and listed in
 // `hosted_tools`, never refused, so that a client that always sends them

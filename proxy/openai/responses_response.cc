@@ -10,6 +10,14 @@ namespace lg::proxy::openai {
 
 using nlohmann::json;
 
+std::map<std::string, ToolOrigin, std::less<>> toolOrigins(const std::vector<FunctionTool>& tools) {
+  std::map<std::string, ToolOrigin, std::less<>> out;
+  for (const FunctionTool& t : tools) {
+    if (t.origin.custom || !t.origin.ns.empty()) out.emplace(t.name, t.origin);
+  }
+  return out;
+}
+
 ResponsesResponder::ResponsesResponder(ResponsesResponderOptions options)
     : o_(std::move(options)), parser_(o_.parser) {
   if (o_.meta.id.empty()) o_.meta.id = newId("resp_");
@@ -88,14 +96,20 @@ void ResponsesResponder::openItem(ItemKind kind, const OutputPiece* call) {
                               {"logprobs", json::array()}}}});
       break;
     case ItemKind::kFunctionCall:
-      item_id_ = outputItemId("fc_", o_.meta.id, index);
+    case ItemKind::kCustomCall: {
+      const bool custom = kind == ItemKind::kCustomCall;
+      item_id_ = outputItemId(custom ? "ctc_" : "fc_", o_.meta.id, index);
       call_id_ = call->id;
       call_name_ = call->name;
-      emit("response.output_item.added",
-           json{{"output_index", index},
-                {"item", json{{"id", item_id_}, {"type", "function_call"}, {"status", "in_progress"},
-                              {"call_id", call_id_}, {"name", call_name_}, {"arguments", ""}}}});
+      call_namespace_.clear();
+      if (auto it = o_.tool_origins.find(call->name); it != o_.tool_origins.end() && !it->second.ns.empty()) {
+        call_namespace_ = it->second.ns;
+        call_name_ = call->name.substr(call_namespace_.size() + 1);
+      }
+      custom_input_ = CustomToolInputDecoder();
+      emit("response.output_item.added", json{{"output_index", index}, {"item", callItem("in_progress")}});
       break;
+    }
     case ItemKind::kNone:
       break;
   }
@@ -132,8 +146,13 @@ void ResponsesResponder::closeItem(bool complete) {
     case ItemKind::kFunctionCall:
       emit("response.function_call_arguments.done",
            json{{"item_id", item_id_}, {"output_index", index}, {"name", call_name_}, {"arguments", item_text_}});
-      item = json{{"id", item_id_}, {"type", "function_call"}, {"status", status}, {"call_id", call_id_},
-                  {"name", call_name_}, {"arguments", item_text_}};
+      item = callItem(status);
+      break;
+    case ItemKind::kCustomCall:
+      appendCustomInput(custom_input_.finish());
+      emit("response.custom_tool_call_input.done",
+           json{{"item_id", item_id_}, {"output_index", index}, {"input", item_text_}});
+      item = callItem(status);
       break;
     case ItemKind::kNone:
       return;
@@ -176,6 +195,26 @@ void ResponsesResponder::appendText(ItemKind kind, std::string_view text, size_t
   }
 }
 
+void ResponsesResponder::appendCustomInput(std::string_view text) {
+  if (text.empty()) return;
+  item_text_.append(text);
+  emit("response.custom_tool_call_input.delta",
+       json{{"item_id", item_id_}, {"output_index", output_.size()}, {"delta", text}});
+}
+
+json ResponsesResponder::callItem(std::string_view status) const {
+  json item;
+  if (open_ == ItemKind::kCustomCall) {
+    item = json{{"id", item_id_}, {"type", "custom_tool_call"}, {"status", status}, {"call_id", call_id_},
+                {"name", call_name_}, {"input", item_text_}};
+  } else {
+    item = json{{"id", item_id_}, {"type", "function_call"}, {"status", status}, {"call_id", call_id_},
+                {"name", call_name_}, {"arguments", item_text_}};
+  }
+  if (!call_namespace_.empty()) item["namespace"] = call_namespace_;
+  return item;
+}
+
 void ResponsesResponder::apply(const std::vector<OutputPiece>& pieces) {
   using Kind = OutputPiece::Kind;
   for (const OutputPiece& p : pieces) {
@@ -186,19 +225,24 @@ void ResponsesResponder::apply(const std::vector<OutputPiece>& pieces) {
       case Kind::kContent:
         appendText(ItemKind::kMessage, p.text, p.source_offset);
         break;
-      case Kind::kToolCallBegin:
+      case Kind::kToolCallBegin: {
         closeItem(true);
-        openItem(ItemKind::kFunctionCall, &p);
+        const auto origin = o_.tool_origins.find(p.name);
+        const bool custom = origin != o_.tool_origins.end() && origin->second.custom;
+        openItem(custom ? ItemKind::kCustomCall : ItemKind::kFunctionCall, &p);
         open_tool_index_ = p.tool_index;
         called_tools_ = true;
         break;
+      }
       case Kind::kToolCallArguments:
-        if (open_ == ItemKind::kFunctionCall && p.tool_index == open_tool_index_) {
-          appendText(ItemKind::kFunctionCall, p.text, p.source_offset);
-        }
+        if (p.tool_index != open_tool_index_) break;
+        if (open_ == ItemKind::kFunctionCall) appendText(ItemKind::kFunctionCall, p.text, p.source_offset);
+        if (open_ == ItemKind::kCustomCall) appendCustomInput(custom_input_.push(p.text));
         break;
       case Kind::kToolCallEnd:
-        if (open_ == ItemKind::kFunctionCall && p.tool_index == open_tool_index_) closeItem(true);
+        if ((open_ == ItemKind::kFunctionCall || open_ == ItemKind::kCustomCall) && p.tool_index == open_tool_index_) {
+          closeItem(true);
+        }
         break;
     }
   }

@@ -13,9 +13,14 @@
 //       response.output_item.added, response.content_part.added,
 //       response.output_text.delta..., response.output_text.done,
 //       response.content_part.done, response.output_item.done
-//     function_call (one per tool call, call_id "call_..."):
+//     function_call (one per tool call, call_id "call_..."; a namespace
+//     tool's function with `namespace` and its own `name`):
 //       response.output_item.added, response.function_call_arguments.delta...,
 //       response.function_call_arguments.done, response.output_item.done
+//     custom_tool_call (a call of a custom tool: `input`, the text of the
+//     one argument the model wrote, custom_tool_input.h):
+//       response.output_item.added, response.custom_tool_call_input.delta...,
+//       response.custom_tool_call_input.done, response.output_item.done
 //   response.completed | response.incomplete (max_output_tokens) | response.failed
 //
 // With `include: ["message.output_text.logprobs"]` (options.logprobs) each
@@ -32,14 +37,17 @@
 // request's settings (ParsedResponsesRequest::echo). No `data: [DONE]`.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/openai/custom_tool_input.h"
 #include "proxy/openai/logprobs.h"
 #include "proxy/openai/output_parser.h"
+#include "proxy/openai/request_types.h"
 #include "proxy/openai/responder.h"
 #include "proxy/openai/usage.h"
 
@@ -55,7 +63,14 @@ struct ResponsesResponderOptions {
   ParamNames params{"input", "max_output_tokens", "top_logprobs"};
   RetryAfter retry;
   UsageCostHook cost;
+  // The tools that are not plain functions, by the name the model calls them
+  // (FunctionTool::name): namespace tools' functions and custom tools
+  // (toolOrigins()). A call of any other name is a plain function_call.
+  std::map<std::string, ToolOrigin, std::less<>> tool_origins;
 };
+
+// ResponsesResponderOptions::tool_origins of a request's tools.
+std::map<std::string, ToolOrigin, std::less<>> toolOrigins(const std::vector<FunctionTool>& tools);
 
 class ResponsesResponder final : public Responder {
  public:
@@ -77,7 +92,7 @@ class ResponsesResponder final : public Responder {
   const nlohmann::json& finalResponse() const { return final_; }
 
  private:
-  enum class ItemKind : uint8_t { kNone, kReasoning, kMessage, kFunctionCall };
+  enum class ItemKind : uint8_t { kNone, kReasoning, kMessage, kFunctionCall, kCustomCall };
 
   nlohmann::json responseObject(std::string_view status) const;
   void emit(std::string_view type, nlohmann::json event);  // adds type + sequence_number, appends to out_
@@ -86,6 +101,8 @@ class ResponsesResponder final : public Responder {
   void closeItem(bool complete);
   // `offset`: where the text starts in the reply's text (OutputPiece::source_offset).
   void appendText(ItemKind kind, std::string_view text, size_t offset);
+  void appendCustomInput(std::string_view text);  // the open custom tool call's decoded input
+  nlohmann::json callItem(std::string_view status) const;  // the open call as its output item
 
   ResponsesResponderOptions o_;
   DeepSeekOutputParser parser_;
@@ -105,7 +122,8 @@ class ResponsesResponder final : public Responder {
   // streaming events write them.
   nlohmann::json item_logprobs_ = nlohmann::json::array();
   nlohmann::json item_event_logprobs_ = nlohmann::json::array();
-  std::string call_id_, call_name_;
+  std::string call_id_, call_name_, call_namespace_;  // call_name_: its name in call_namespace_, if any
+  CustomToolInputDecoder custom_input_;              // a custom tool call's input
   int32_t open_tool_index_ = -1;
   bool called_tools_ = false;
 };

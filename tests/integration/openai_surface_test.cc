@@ -2,7 +2,8 @@
 // through the whole server over TLS: GET /v1/models/{id}, Responses
 // item_reference resolved from stored responses, truncation "auto", the
 // fields OpenAI's schema requires in a response (usage's cache_write_tokens,
-// a function tool's echoed strict), Responses output_text logprobs, and the
+// a function tool's echoed strict), Responses output_text logprobs, custom and
+// namespace tools called as their own output items, and the
 // rule for every other field: an effect, a 400 naming it, or (hosted tools
 // only) skipped and named in a header.
 #include <string>
@@ -152,6 +153,78 @@ TEST_F(OpenAiSurfaceTest, EchoedFunctionToolsCarryStrict) {
   EXPECT_EQ(echoed[0]["strict"], true);  // the Responses API's default
   EXPECT_EQ(echoed[1]["strict"], false);
   EXPECT_TRUE(echoed[1]["parameters"].is_null());
+}
+
+// Custom and namespace tools run at the client: offered to the model, not
+// skipped. With tool_choice naming one, the grammar makes even the random
+// demo model call it, and the call comes back as OpenAI's item for it.
+TEST_F(OpenAiSurfaceTest, CustomAndNamespaceToolsAreCalledAsTheirOwnItems) {
+  const json tools = json::array({
+      {{"type", "custom"}, {"name", "code"}, {"description", "Three digits."},
+       {"format", {{"type", "grammar"}, {"syntax", "regex"}, {"definition", "[0-9]{3}"}}}},
+      {{"type", "namespace"}, {"name", "crm"}, {"description", "Customer records."},
+       {"tools", json::array({{{"type", "function"}, {"name", "get_customer"}, {"strict", true},
+                               {"parameters", {{"type", "object"},
+                                               {"properties", {{"id", {{"type", "string"}, {"enum", {"a", "b"}}}}}},
+                                               {"required", {"id"}},
+                                               {"additionalProperties", false}}}}})}},
+      {{"type", "web_search"}},
+  });
+  const json base = {{"model", "demo"}, {"input", "Hi"}, {"tools", tools}, {"parallel_tool_calls", false},
+                     {"max_output_tokens", 200}, {"store", false}};
+
+  json body = base;
+  body["tool_choice"] = {{"type", "custom"}, {"name", "code"}};
+  CurlReply r = call("POST", "/v1/responses", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-latentgate-hosted-tools-skipped"), "web_search") << "only the hosted tool: " << r.head;
+  json output = json::parse(r.body)["output"];
+  ASSERT_EQ(output.size(), 1u) << output;
+  EXPECT_EQ(output[0]["type"], "custom_tool_call");
+  EXPECT_EQ(output[0]["name"], "code");
+  const std::string input = output[0]["input"].get<std::string>();
+  EXPECT_EQ(input.size(), 3u) << input;
+  EXPECT_EQ(input.find_first_not_of("0123456789"), std::string::npos) << input;
+
+  body = base;
+  body["tool_choice"] = {{"type", "function"}, {"name", "get_customer"}};
+  body["stream"] = true;
+  r = call("POST", "/v1/responses", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::vector<SseEvent> events = parseSse(r.body);
+  ASSERT_FALSE(events.empty());
+  ASSERT_EQ(events.back().type, "response.completed") << r.body;
+  output = events.back().data["response"]["output"];
+  ASSERT_EQ(output.size(), 1u) << output;
+  EXPECT_EQ(output[0]["type"], "function_call");
+  EXPECT_EQ(output[0]["namespace"], "crm");
+  EXPECT_EQ(output[0]["name"], "get_customer");
+  const json args = json::parse(output[0]["arguments"].get<std::string>());
+  EXPECT_TRUE(args == json({{"id", "a"}}) || args == json({{"id", "b"}})) << args;
+
+  // The call sent back with its output is read as the model wrote it.
+  body = base;
+  body["input"] = json::array({{{"role", "user"}, {"content", "Hi"}},
+                               output[0],
+                               {{"type", "function_call_output"}, {"call_id", output[0]["call_id"]}, {"output", "Ada"}}});
+  body["max_output_tokens"] = 2;
+  r = call("POST", "/v1/responses", body);
+  EXPECT_EQ(r.status, 200) << r.body;
+
+  // A Lark grammar cannot be enforced here: refused, naming it.
+  body = base;
+  body["tools"][0]["format"]["syntax"] = "lark";
+  r = call("POST", "/v1/responses", body);
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "tools[0].format.syntax");
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "unsupported_value");
+  // A regex outside the grammar engine's subset: a 400 naming the definition.
+  body = base;
+  body["tools"][0]["format"]["definition"] = "(?=x)x";
+  body["tool_choice"] = "required";
+  r = call("POST", "/v1/responses", body);
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "tools[0].format.definition");
 }
 
 TEST_F(OpenAiSurfaceTest, ResponsesReportOutputTextLogprobsBlockingAndStreamed) {

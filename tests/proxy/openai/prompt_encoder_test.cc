@@ -386,6 +386,39 @@ TEST_F(PromptEncoderTest, ResponsesInputRendersThroughTheSameFunction) {
       << text;
 }
 
+// A namespace's functions as "NS.NAME" after its description, a custom tool
+// as a function of one string; their calls sent back render as the model
+// writes them.
+TEST_F(PromptEncoderTest, NamespaceAndCustomToolsRenderAsFunctions) {
+  ApiResult<ParsedResponsesRequest> req = parseResponsesRequest(
+      {{"model", "m"},
+       {"input", json::array({{{"role", "user"}, {"content", "go"}},
+                              {{"type", "function_call"}, {"call_id", "c1"}, {"namespace", "crm"}, {"name", "get"},
+                               {"arguments", "{}"}},
+                              {{"type", "custom_tool_call"}, {"call_id", "c2"}, {"name", "patch"}, {"input", "a\nb"}},
+                              {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "x"}},
+                              {{"type", "custom_tool_call_output"}, {"call_id", "c2"}, {"output", "y"}}})},
+       {"tools", json::array({{{"type", "namespace"}, {"name", "crm"}, {"description", "Customer records."},
+                               {"tools", json::array({{{"type", "function"}, {"name", "get"}},
+                                                      {{"type", "function"}, {"name", "put"}}})}},
+                              {{"type", "custom"}, {"name", "patch"}, {"description", "Edits files."}}})}},
+      ParseLimits{});
+  ASSERT_TRUE(req.isOk()) << req.error().message;
+  const PromptEncoder encoder(*v3_, *tokenizer_);
+  ApiResult<EncodedPrompt> encoded = encoder.encodeChat(req->prompt, "input");
+  ASSERT_TRUE(encoded.isOk());
+  const std::string text = decode(encoded->ids);
+  EXPECT_NE(text.find("\nThe functions crm.*: Customer records.\n\n### crm.get\nParameters: {}\n\n### crm.put\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("### patch\nDescription: Edits files.\nParameters: {\"additionalProperties\":false,\"properties\":"
+                      "{\"input\":{\"type\":\"string\"}},\"required\":[\"input\"],\"type\":\"object\"}\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("function<｜tool▁sep｜>crm.get\n```json\n{}\n```"), std::string::npos) << text;
+  EXPECT_NE(text.find("function<｜tool▁sep｜>patch\n```json\n{\"input\":\"a\\nb\"}\n```"), std::string::npos) << text;
+}
+
 TEST_F(PromptEncoderTest, RenderErrorsAreClientErrors) {
   auto raising = text::ChatTemplate::parse("{{ raise_exception('Conversation roles must alternate') }}", kBos, kEos);
   ASSERT_TRUE(raising.isOk());

@@ -610,7 +610,8 @@ TEST(ResponsesRequest, StringInputAndDefaults) {
 }
 
 // The shape of a Codex CLI request (npm @openai/codex, "responses" wire API):
-// long instructions, a developer message, function tools beside hosted ones,
+// long instructions, a developer message, function tools and a namespace of
+// functions beside hosted ones,
 // store: false, reasoning, include of encrypted reasoning, a cache key, and a
 // previous turn replayed as items (reasoning, function_call, its output).
 json codexBody() {
@@ -643,6 +644,12 @@ json codexBody() {
             {"parameters", {{"type", "object"}, {"properties", {{"command", {{"type", "array"}}}}}, {"required", json::array({"command"})}}}},
            {{"type", "function"}, {"name", "update_plan"}, {"description", "Updates the plan."},
             {"parameters", {{"type", "object"}, {"properties", json::object()}}}},
+           {{"type", "namespace"}, {"name", "multi_agent_v1"}, {"description", "Tools for spawning and managing sub-agents."},
+            {"tools", json::array({{{"type", "function"}, {"name", "close_agent"}, {"description", "Close an agent."},
+                                    {"strict", false},
+                                    {"parameters", {{"type", "object"}, {"properties", {{"target", {{"type", "string"}}}}},
+                                                    {"required", json::array({"target"})},
+                                                    {"additionalProperties", false}}}}})}},
            {{"type", "web_search"}},
            {{"type", "local_shell"}},
            {{"type", "web_search"}},
@@ -669,9 +676,10 @@ TEST(ResponsesRequest, CodexRequest) {
   EXPECT_EQ(r.hosted_tools,
             (std::vector<std::string>{"input item local_shell_call", "web_search", "local_shell", "mcp"}));
   EXPECT_TRUE(r.ignored.empty());
-  ASSERT_EQ(r.prompt.tools.size(), 2u);
+  ASSERT_EQ(r.prompt.tools.size(), 3u);
   EXPECT_EQ(r.prompt.tools[0].name, "shell");
   EXPECT_EQ(r.prompt.tools[0].parameters["required"], json::array({"command"}));
+  EXPECT_EQ(r.prompt.tools[2].name, "multi_agent_v1.close_agent") << "Codex's namespace is offered, not skipped";
 
   const auto& m = r.prompt.messages;
   ASSERT_EQ(m.size(), 9u);
@@ -748,10 +756,97 @@ TEST(ResponsesRequest, ToolChoiceFormatsAndCustomCalls) {
       {{"input", json::array({{{"type", "custom_tool_call"}, {"call_id", "c"}, {"name", "apply_patch"}, {"input", "*** Begin Patch"}},
                               {{"type", "custom_tool_call_output"}, {"call_id", "c"}, {"output", "Done"}}})}}));
   ASSERT_EQ(r.prompt.messages.size(), 2u);
-  EXPECT_EQ(r.prompt.messages[0].tool_calls[0].arguments, "*** Begin Patch");
+  EXPECT_EQ(r.prompt.messages[0].tool_calls[0].arguments, "{\"input\":\"*** Begin Patch\"}")
+      << "as the model writes a custom tool's input";
   EXPECT_EQ(r.prompt.messages[1].content, "Done");
   r = responsesOk(responsesBody({{"top_logprobs", 3}, {"background", false}}));
   EXPECT_EQ(r.ignored, std::vector<std::string>{"top_logprobs"});
+}
+
+// Namespace and custom tools run at the client: they are offered to the
+// model (a namespace's functions as "NS.NAME", a custom tool as a function of
+// one string, "input"), never skipped with the hosted tools.
+TEST(ResponsesRequest, NamespaceAndCustomToolsAreOffered) {
+  const json tools = json::array({
+      {{"type", "custom"}, {"name", "apply_patch"}, {"description", "Edits files."}},
+      {{"type", "custom"}, {"name", "digits"},
+       {"format", {{"type", "grammar"}, {"syntax", "regex"}, {"definition", "^[0-9]+$"}}}},
+      {{"type", "namespace"}, {"name", "crm"}, {"description", "Customer records."},
+       {"tools", json::array({{{"type", "function"}, {"name", "get_customer"}, {"description", "One customer."},
+                               {"parameters", {{"type", "object"}, {"properties", {{"id", {{"type", "string"}}}}}}}},
+                              {{"type", "custom"}, {"name", "note"}, {"format", {{"type", "text"}}}}})}},
+      {{"type", "web_search"}},
+  });
+  ParsedResponsesRequest r = responsesOk(responsesBody({{"tools", tools}}));
+  EXPECT_EQ(r.hosted_tools, std::vector<std::string>{"web_search"});
+  ASSERT_EQ(r.prompt.tools.size(), 4u);
+  const json input_schema = {{"type", "object"},
+                             {"properties", {{"input", {{"type", "string"}}}}},
+                             {"required", json::array({"input"})},
+                             {"additionalProperties", false}};
+  const FunctionTool& patch = r.prompt.tools[0];
+  EXPECT_EQ(patch.name, "apply_patch");
+  EXPECT_EQ(patch.description, "Edits files.");
+  EXPECT_EQ(patch.parameters, input_schema);
+  EXPECT_TRUE(patch.strict);
+  EXPECT_EQ(patch.origin, (ToolOrigin{"", "", true}));
+  EXPECT_EQ(patch.param, "tools[0]");
+  const FunctionTool& digits = r.prompt.tools[1];
+  EXPECT_EQ(digits.parameters["properties"]["input"]["pattern"], "^(?:[0-9]+)$")
+      << "the whole input matches; the definition's own anchors are the wrapper's";
+  const FunctionTool& get = r.prompt.tools[2];
+  EXPECT_EQ(get.name, "crm.get_customer");
+  EXPECT_EQ(get.description, "One customer.");
+  EXPECT_EQ(get.parameters["properties"]["id"]["type"], "string");
+  EXPECT_FALSE(get.strict) << "a namespace's function is strict only when it says so";
+  EXPECT_EQ(get.origin, (ToolOrigin{"crm", "Customer records.", false}));
+  EXPECT_EQ(get.param, "tools[2].tools[0]");
+  const FunctionTool& note = r.prompt.tools[3];
+  EXPECT_EQ(note.name, "crm.note");
+  EXPECT_EQ(note.origin, (ToolOrigin{"crm", "Customer records.", true}));
+  EXPECT_EQ(note.param, "tools[2].tools[1]");
+  EXPECT_EQ(r.echo["tools"][2], tools[2]) << "echoed as sent";
+
+  // A regex's escaped dollar stays the regex's.
+  r = responsesOk(responsesBody({{"tools", json::array({{{"type", "custom"}, {"name", "price"},
+                                                         {"format", {{"type", "grammar"}, {"syntax", "regex"},
+                                                                     {"definition", "[0-9]+\\$"}}}}})}}));
+  EXPECT_EQ(r.prompt.tools[0].parameters["properties"]["input"]["pattern"], "^(?:[0-9]+\\$)$");
+
+  // Tool choices name them: a custom tool by {type: custom}, a namespace's
+  // function by its own name (or "NS.NAME").
+  r = responsesOk(responsesBody({{"tools", tools}, {"tool_choice", {{"type", "custom"}, {"name", "apply_patch"}}}}));
+  EXPECT_EQ(r.prompt.tool_choice.mode, ToolChoice::Mode::kFunction);
+  EXPECT_EQ(r.prompt.tool_choice.function, "apply_patch");
+  EXPECT_EQ(r.hosted_tools, std::vector<std::string>{"web_search"}) << "a custom tool's choice is not a hosted tool's";
+  r = responsesOk(responsesBody({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"name", "get_customer"}}}}));
+  EXPECT_EQ(r.prompt.tool_choice.function, "crm.get_customer");
+  r = responsesOk(responsesBody({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"name", "crm.get_customer"}}}}));
+  EXPECT_EQ(r.prompt.tool_choice.function, "crm.get_customer");
+  r = responsesOk(responsesBody({{"tools", tools}, {"tool_choice", {{"type", "custom"}, {"name", "note"}}}}));
+  EXPECT_EQ(r.prompt.tool_choice.function, "crm.note");
+  r = responsesOk(responsesBody(
+      {{"tools", tools},
+       {"tool_choice", {{"type", "allowed_tools"}, {"mode", "required"},
+                        {"tools", json::array({{{"type", "custom"}, {"name", "digits"}},
+                                               {{"type", "function"}, {"name", "get_customer"}}})}}}}));
+  ASSERT_EQ(r.prompt.tools.size(), 2u);
+  EXPECT_EQ(r.prompt.tools[0].name, "digits");
+  EXPECT_EQ(r.prompt.tools[1].name, "crm.get_customer");
+
+  // Their calls come back as the model wrote them.
+  r = responsesOk(responsesBody(
+      {{"tools", tools},
+       {"input", json::array({{{"type", "function_call"}, {"call_id", "c1"}, {"namespace", "crm"},
+                               {"name", "get_customer"}, {"arguments", "{\"id\":\"7\"}"}},
+                              {{"type", "custom_tool_call"}, {"call_id", "c2"}, {"namespace", "crm"}, {"name", "note"},
+                               {"input", "line \"one\"\n"}},
+                              {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "Ada"}},
+                              {{"type", "custom_tool_call_output"}, {"call_id", "c2"}, {"output", "ok"}}})}}));
+  ASSERT_EQ(r.prompt.messages.size(), 3u);
+  ASSERT_EQ(r.prompt.messages[0].tool_calls.size(), 2u);
+  EXPECT_EQ(r.prompt.messages[0].tool_calls[0], (ToolCall{"c1", "crm.get_customer", "{\"id\":\"7\"}"}));
+  EXPECT_EQ(r.prompt.messages[0].tool_calls[1], (ToolCall{"c2", "crm.note", "{\"input\":\"line \\\"one\\\"\\n\"}"}));
 }
 
 TEST(ResponsesRequest, OutputTextLogprobsIncludeAsksForLogprobsWithTopLogprobsAlternatives) {
@@ -917,6 +1012,44 @@ TEST(ResponsesRequest, Refusals) {
                       {"tool_choice", {{"type", "allowed_tools"}, {"mode", "auto"},
                                        {"tools", json::array({{{"type", "function"}, {"name", "g"}}})}}}}),
        "tool_choice.tools", "invalid_value"},
+      {"lark grammar",
+       responsesBody({{"tools", json::array({{{"type", "custom"}, {"name", "x"},
+                                              {"format", {{"type", "grammar"}, {"syntax", "lark"}, {"definition", "start: /a/"}}}}})}}),
+       "tools[0].format.syntax", "unsupported_value"},
+      {"grammar of another syntax",
+       responsesBody({{"tools", json::array({{{"type", "custom"}, {"name", "x"},
+                                              {"format", {{"type", "grammar"}, {"syntax", "peg"}, {"definition", "a"}}}}})}}),
+       "tools[0].format.syntax", "invalid_value"},
+      {"grammar without definition",
+       responsesBody({{"tools", json::array({{{"type", "custom"}, {"name", "x"},
+                                              {"format", {{"type", "grammar"}, {"syntax", "regex"}}}}})}}),
+       "tools[0].format.definition", "missing_required_parameter"},
+      {"custom format of another type",
+       responsesBody({{"tools", json::array({{{"type", "custom"}, {"name", "x"}, {"format", {{"type", "json"}}}}})}}),
+       "tools[0].format.type", "invalid_value"},
+      {"custom tool bad name", responsesBody({{"tools", json::array({{{"type", "custom"}, {"name", "a b"}}})}}),
+       "tools[0].name", "invalid_value"},
+      {"namespace without tools", responsesBody({{"tools", json::array({{{"type", "namespace"}, {"name", "ns"}}})}}),
+       "tools[0].tools", "missing_required_parameter"},
+      {"namespace of a hosted tool",
+       responsesBody({{"tools", json::array({{{"type", "namespace"}, {"name", "ns"},
+                                              {"tools", json::array({{{"type", "web_search"}}})}}})}}),
+       "tools[0].tools[0].type", "invalid_value"},
+      {"namespace bad name",
+       responsesBody({{"tools", json::array({{{"type", "namespace"}, {"name", "a.b"}, {"tools", json::array()}}})}}),
+       "tools[0].name", "invalid_value"},
+      {"two tools of one name",
+       responsesBody({{"tools", json::array({{{"type", "function"}, {"name", "f"}}, {{"type", "custom"}, {"name", "f"}}})}}),
+       "tools[1].name", "invalid_value"},
+      {"tool_choice custom naming a function",
+       responsesBody({{"tools", json::array({{{"type", "function"}, {"name", "f"}}})},
+                      {"tool_choice", {{"type", "custom"}, {"name", "f"}}}}),
+       "tool_choice", "invalid_value"},
+      {"tool_choice naming a function two namespaces have",
+       responsesBody({{"tools", json::array({{{"type", "namespace"}, {"name", "a"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}}})}},
+                                             {{"type", "namespace"}, {"name", "b"}, {"tools", json::array({{{"type", "function"}, {"name", "f"}}})}}})},
+                      {"tool_choice", {{"type", "function"}, {"name", "f"}}}}),
+       "tool_choice", "invalid_value"},
       {"allowed_tools mode", responsesBody({{"tool_choice", {{"type", "allowed_tools"}, {"mode", "some"},
                                                               {"tools", json::array()}}}}),
        "tool_choice.mode", "invalid_value"},

@@ -13,6 +13,7 @@
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/chat_response.h"
 #include "proxy/openai/completion_response.h"
+#include "proxy/openai/ids.h"
 #include "proxy/openai/responses_response.h"
 #include "proxy/openai/sse.h"
 #include "proxy/openai/usage.h"
@@ -715,6 +716,121 @@ TEST(ResponsesResponse, StreamEventSequence) {
                                  {"output_tokens", 30},
                                  {"output_tokens_details", {{"reasoning_tokens", 2}}},
                                  {"total_tokens", 130}}));
+}
+
+// A namespace's function comes back as a function_call with `namespace` and
+// its own name; a custom tool's call as a custom_tool_call whose input is the
+// text of the one argument the model wrote, streamed decoded.
+ResponsesResponderOptions clientToolOptions(bool stream) {
+  ResponsesResponderOptions o = responsesOptions(stream);
+  o.tool_origins = {{"crm.get_customer", ToolOrigin{"crm", "Customer records.", false}},
+                    {"apply_patch", ToolOrigin{"", "", true}},
+                    {"crm.note", ToolOrigin{"crm", "", true}}};
+  return o;
+}
+
+std::string clientToolCallText() {
+  return kCallsBegin + kCallBegin + "function" + kSep + "crm.get_customer\n```json\n{\"id\":\"7\"}\n```" + kCallEnd +
+         "\n" + kCallBegin + "function" + kSep + "apply_patch\n```json\n{\"input\":\"*** Begin \\\"Patch\\\"\\n\\u00e9\\ud83d\\ude00\"}\n```" +
+         kCallEnd + "\n" + kCallBegin + "function" + kSep + "crm.note\n```json\n{\"input\":\"hi\"}\n```" + kCallEnd +
+         kCallsEnd;
+}
+
+TEST(ResponsesResponse, NamespaceAndCustomToolCalls) {
+  const std::string decoded = "*** Begin \"Patch\"\n\u00e9\U0001F600";
+  // Not streaming: the items.
+  ResponsesResponder blocking(clientToolOptions(false));
+  blocking.onEvent(delta(clientToolCallText()));
+  const json body = json::parse(blocking.onEvent(finalEvent(FinishReason::kStop, usage(10, 0, 0, 20))).body);
+  ASSERT_EQ(body["output"].size(), 3u);
+  const json& fn = body["output"][0];
+  EXPECT_EQ(fn["type"], "function_call");
+  EXPECT_EQ(fn["namespace"], "crm");
+  EXPECT_EQ(fn["name"], "get_customer");
+  EXPECT_EQ(fn["arguments"], "{\"id\":\"7\"}");
+  EXPECT_EQ(fn["id"].get<std::string>().rfind("fc_", 0), 0u);
+  const json& patch = body["output"][1];
+  EXPECT_EQ(patch["type"], "custom_tool_call");
+  EXPECT_EQ(patch["name"], "apply_patch");
+  EXPECT_EQ(patch["input"], decoded);
+  EXPECT_EQ(patch["status"], "completed");
+  EXPECT_FALSE(patch.contains("namespace"));
+  EXPECT_FALSE(patch.contains("arguments"));
+  EXPECT_EQ(patch["call_id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(patch["id"].get<std::string>().rfind("ctc_", 0), 0u);
+  const std::optional<OutputItemRef> ref = parseOutputItemId(patch["id"].get<std::string>());
+  ASSERT_TRUE(ref.has_value()) << "an item_reference can name it";
+  EXPECT_EQ(ref->response_id, "resp_test");
+  EXPECT_EQ(ref->output_index, 1u);
+  const json& note = body["output"][2];
+  EXPECT_EQ(note["type"], "custom_tool_call");
+  EXPECT_EQ(note["namespace"], "crm");
+  EXPECT_EQ(note["name"], "note");
+  EXPECT_EQ(note["input"], "hi");
+
+  // Streaming, one byte at a time (escapes split across events): the same
+  // items, and the custom calls' input as decoded deltas.
+  ResponsesResponder streamed(clientToolOptions(true));
+  std::string bytes = streamed.start();
+  const std::string text = clientToolCallText();
+  for (char c : text) bytes += streamed.onEvent(delta(std::string(1, c))).body;
+  bytes += streamed.onEvent(finalEvent(FinishReason::kStop, usage(10, 0, 0, 20))).body;
+  const std::vector<Sse> events = parseSse(bytes);
+  std::vector<std::string> collapsed;
+  std::map<int, std::string> inputs;
+  for (const Sse& e : events) {
+    const std::string& t = e.event;
+    if (collapsed.empty() || collapsed.back() != t || t.find(".delta") == std::string::npos) collapsed.push_back(t);
+    if (t == "response.custom_tool_call_input.delta") inputs[e.data["output_index"].get<int>()] += e.data["delta"].get<std::string>();
+    if (t == "response.custom_tool_call_input.done") {
+      EXPECT_EQ(e.data["input"], inputs[e.data["output_index"].get<int>()]);
+      EXPECT_TRUE(e.data.contains("item_id"));
+    }
+    if (t == "response.output_item.added" && e.data["output_index"] == 1) {
+      EXPECT_EQ(e.data["item"]["type"], "custom_tool_call");
+      EXPECT_EQ(e.data["item"]["input"], "");
+      EXPECT_EQ(e.data["item"]["status"], "in_progress");
+    }
+    if (t == "response.function_call_arguments.done") {
+      EXPECT_EQ(e.data["name"], "get_customer");
+    }
+  }
+  const std::vector<std::string> expected = {
+      "response.created", "response.in_progress",
+      "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done",
+      "response.output_item.done",
+      "response.output_item.added", "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+      "response.output_item.done",
+      "response.output_item.added", "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+      "response.output_item.done", "response.completed"};
+  EXPECT_EQ(collapsed, expected);
+  EXPECT_EQ(inputs[1], decoded);
+  EXPECT_EQ(inputs[2], "hi");
+  json streamed_output = events.back().data["response"]["output"];
+  json blocking_output = body["output"];
+  for (json* output : {&streamed_output, &blocking_output}) {
+    for (json& item : *output) item.erase("call_id");  // random per call
+  }
+  EXPECT_EQ(streamed_output, blocking_output);
+}
+
+TEST(CustomToolInput, DecodesTheInputArgumentAndPassesAnythingElseThrough) {
+  const auto decodeAll = [](std::string_view args, size_t step) {
+    CustomToolInputDecoder d;
+    std::string out;
+    for (size_t i = 0; i < args.size(); i += step) out += d.push(args.substr(i, step));
+    return out + d.finish();
+  };
+  for (size_t step : {1u, 3u, 100u}) {
+    EXPECT_EQ(decodeAll("{\"input\":\"a\\tb\\\\c\\/\"}", step), "a\tb\\c/");
+    EXPECT_EQ(decodeAll(" { \"input\" : \"x\" } ", step), "x") << "white space between tokens";
+    EXPECT_EQ(decodeAll("{\"input\":\"\\ud83d\\ude00\"}", step), "\U0001F600") << "a surrogate pair";
+    EXPECT_EQ(decodeAll("not json", step), "not json") << "raw when it never was the object";
+    EXPECT_EQ(decodeAll("{\"text\":\"x\"}", step), "{\"text\":\"x\"}");
+    EXPECT_EQ(decodeAll("{\"input\":\"ab\\q\"}", step), "ab\\q\"}") << "raw from a bad escape on";
+    EXPECT_EQ(decodeAll("{\"input\":\"cut", step), "cut") << "arguments cut by the length limit";
+    EXPECT_EQ(decodeAll("{\"inp", step), "{\"inp");
+  }
 }
 
 TEST(ResponsesResponse, NonStreamingObject) {
