@@ -371,6 +371,9 @@ void DeepSeekOutputParser::finish(std::vector<OutputPiece>& out) {
       malformed(out);
       break;
     case State::kCallFence:
+      // Cut inside the fence line ("```js"): the arguments had not begun.
+      endCall("", buf_offset_, out);
+      break;
     case State::kCallArgs:
       endCall(finalArgs(buf_, fenced_), buf_offset_, out);
       break;

@@ -293,6 +293,14 @@ TEST(OutputParser, StreamEndingInTheArgumentsKeepsTheCall) {
   expectSplitInvariant(text, withTools(), Reply{"", "", {{"", "get_weather", "{\"city\": \"Pa", true}}});
 }
 
+TEST(OutputParser, StreamEndingInTheFenceLineKeepsTheCallWithNoArguments) {
+  // max_tokens cut the call at "```js": the fence is not its arguments.
+  for (const std::string cut : {"`", "```", "```js"}) {
+    const std::string text = kCallsBegin + kCallBegin + "function" + kSep + "get_weather\n" + cut;
+    expectSplitInvariant(text, withTools(), Reply{"", "", {{"", "get_weather", "", true}}});
+  }
+}
+
 TEST(OutputParser, CallWithoutFenceOrSectionMarker) {
   // Some replies skip the section marker or the fence: still calls.
   const std::string text = kCallBegin + "function" + kSep + "f\n{\"a\": 1}" + kCallEnd;
