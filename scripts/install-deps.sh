@@ -12,6 +12,8 @@ packages=(
   libvalijson-dev json-schema-test-suite  # grammar_test: an independent JSON Schema validator and the official suite
   python3-prometheus-client  # metrics_test reads /metrics with Prometheus' own parser too
   chromium libnss3-tools     # e2e_dashboard: the dashboard in headless Chromium, the local CA trusted through certutil
+  libpq-dev libpqxx-dev libhiredis-dev  # billing/postgres (the ledger of record), Redis clients (docs/dependencies.md)
+  postgresql redis-server    # tests start private instances of both (tests/support/); no service is started or used
   ${LG_EXTRA_PACKAGES:-}
 )
 

@@ -1,0 +1,129 @@
+#include "billing/postgres/pg_schema.h"
+
+#include <string>
+
+#include "billing/postgres/pg_session.h"
+
+namespace lg::billing::pg {
+namespace {
+
+// Version 1: the entries and their hourly rollups. Entry columns mirror
+// LedgerEntry (billing/ledger.h) one to one; money is pico-dollars in
+// bigint, exactly as the ledger holds it. Rollup counters are numeric(40,0):
+// one entry's cost per kind may reach ~2.1e18 (a rate of at most 10^9
+// pico-dollars per token times < 2^31 tokens), so a few in one hour would
+// overflow a bigint sum, and an overflow there would abort every later batch.
+constexpr std::string_view kV1 = R"sql(
+CREATE TABLE ledger_entries (
+  request_id        text PRIMARY KEY,
+  response_id       text NOT NULL,
+  key_id            text NOT NULL,
+  team              text NOT NULL,
+  model             text NOT NULL,
+  requested_model   text NOT NULL,
+  endpoint          text NOT NULL,
+  system_prompt     text NOT NULL,  -- fingerprint; '' when none
+  idempotency_key   text NOT NULL,  -- SHA-256 hex; '' when none
+  start_us          bigint NOT NULL,
+  end_us            bigint NOT NULL,
+  ttft_us           bigint NOT NULL,
+  prompt_tokens     bigint NOT NULL,
+  hit_tokens_tier0  bigint NOT NULL,
+  hit_tokens_disk   bigint NOT NULL,
+  miss_tokens       bigint NOT NULL,
+  output_tokens     bigint NOT NULL,
+  choices           integer NOT NULL,
+  rate_hit          bigint NOT NULL,  -- pico-dollars per token
+  rate_miss         bigint NOT NULL,
+  rate_output       bigint NOT NULL,
+  price_version     bigint NOT NULL,
+  priced_as         text NOT NULL,
+  price_window      integer NOT NULL,
+  cost_hit          bigint NOT NULL,  -- pico-dollars
+  cost_miss         bigint NOT NULL,
+  cost_output       bigint NOT NULL,
+  status            text NOT NULL CHECK (status IN ('completed', 'cancelled', 'failed', 'refused')),
+  finish_reason     text NOT NULL,
+  committed_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ledger_entries_start ON ledger_entries (start_us);
+CREATE INDEX ledger_entries_team_start ON ledger_entries (team, start_us);
+
+CREATE TABLE usage_hourly (
+  dimension          text NOT NULL CHECK (dimension IN ('key', 'team', 'model', 'system_prompt')),
+  hour_s             bigint NOT NULL,  -- Unix seconds of the hour's start (of the entries' start_us)
+  team               text NOT NULL,    -- the entries' team; '' for the model dimension
+  value              text NOT NULL,    -- key id, team, model or fingerprint ('' when none)
+  requests           numeric(40,0) NOT NULL,
+  completed          numeric(40,0) NOT NULL,
+  cancelled          numeric(40,0) NOT NULL,
+  failed             numeric(40,0) NOT NULL,
+  refused            numeric(40,0) NOT NULL,
+  prompt_tokens      numeric(40,0) NOT NULL,
+  hit_tokens_tier0   numeric(40,0) NOT NULL,
+  hit_tokens_disk    numeric(40,0) NOT NULL,
+  miss_tokens        numeric(40,0) NOT NULL,
+  output_tokens      numeric(40,0) NOT NULL,
+  cost_hit           numeric(40,0) NOT NULL,
+  cost_miss          numeric(40,0) NOT NULL,
+  cost_output        numeric(40,0) NOT NULL,
+  hit_at_miss_price  numeric(40,0) NOT NULL,
+  PRIMARY KEY (dimension, hour_s, team, value)
+);
+)sql";
+
+Status ensureMigrationsTable(pqxx::work& tx) {
+  tx.exec(
+      "CREATE TABLE IF NOT EXISTS schema_migrations ("
+      " version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())");
+  return Status::ok();
+}
+
+}  // namespace
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> kMigrations = {
+      {1, "ledger entries and hourly usage rollups", kV1},
+  };
+  return kMigrations;
+}
+
+Result<MigrationReport> migrate(const PostgresOptions& options) {
+  Session session(options);
+  MigrationReport report;
+  Status refused;
+  for (const Migration& m : migrations()) {
+    bool applied = false;
+    LG_RETURN_IF_ERROR(session.run("schema migration " + std::to_string(m.version), [&](pqxx::connection& c) {
+      applied = false;
+      pqxx::work tx(c);
+      // Held until this transaction ends: concurrent starts apply each
+      // migration once, in turn, and the CREATE TABLE IF NOT EXISTS below
+      // never races another (which it would, on pg_type's unique index).
+      tx.exec("SELECT pg_advisory_xact_lock(" + std::to_string(kMigrationLock) + ")");
+      (void)ensureMigrationsTable(tx);
+      const pqxx::result r = tx.exec_params("SELECT name FROM schema_migrations WHERE version = $1", m.version);
+      if (!r.empty()) {
+        if (r[0][0].as<std::string>() != m.name) {
+          refused = dataLoss("schema migration " + std::to_string(m.version) + " is recorded as " +
+                             quoteValue(r[0][0].as<std::string>()) + ", this binary's is " + quoteValue(std::string(m.name)));
+        }
+        tx.abort();
+        return;
+      }
+      tx.exec(std::string(m.sql));
+      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, std::string(m.name));
+      tx.commit();
+      applied = true;
+    }));
+    LG_RETURN_IF_ERROR(refused);
+    if (applied) report.applied.push_back(m.version);
+  }
+  LG_RETURN_IF_ERROR(session.run("schema version", [&](pqxx::connection& c) {
+    pqxx::read_transaction tx(c);
+    report.version = tx.exec("SELECT coalesce(max(version), 0) FROM schema_migrations")[0][0].as<int>();
+  }));
+  return report;
+}
+
+}  // namespace lg::billing::pg

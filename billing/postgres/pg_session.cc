@@ -1,0 +1,87 @@
+#include "billing/postgres/pg_session.h"
+
+#include <utility>
+
+namespace lg::billing::pg {
+
+std::string connectionString(const PostgresOptions& options) {
+  std::string s = options.url;
+  if (s.find("connect_timeout") != std::string::npos || options.connect_timeout_s <= 0) return s;
+  const std::string t = "connect_timeout=" + std::to_string(options.connect_timeout_s);
+  if (s.rfind("postgresql://", 0) == 0 || s.rfind("postgres://", 0) == 0) {
+    return s + (s.find('?') == std::string::npos ? "?" : "&") + t;
+  }
+  return s.empty() ? t : s + " " + t;
+}
+
+Status statusOf(const std::exception& e, std::string_view context) {
+  const std::string where(context);
+  if (dynamic_cast<const pqxx::in_doubt_error*>(&e) != nullptr) {
+    return unavailable(where + ": the connection was lost during the commit, whose outcome is unknown: " + e.what());
+  }
+  if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) {
+    return unavailable(where + ": PostgreSQL unreachable: " + e.what());
+  }
+  // libpqxx 6.4 derives these from pqxx::failure, not sql_error: no SQLSTATE.
+  if (dynamic_cast<const pqxx::deadlock_detected*>(&e) != nullptr ||
+      dynamic_cast<const pqxx::serialization_failure*>(&e) != nullptr) {
+    return unavailable(where + ": aborted by PostgreSQL (deadlock or serialization failure), retry: " + e.what());
+  }
+  if (dynamic_cast<const pqxx::statement_completion_unknown*>(&e) != nullptr) {
+    return unavailable(where + ": the statement's outcome is unknown: " + e.what());
+  }
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
+    const std::string state = sql->sqlstate();
+    // Class 08 (connection exception), 57P01..03 (shutdown): the server, not the statement.
+    if (state.rfind("08", 0) == 0 || state.rfind("57P", 0) == 0) {
+      return unavailable(where + ": PostgreSQL unavailable (SQLSTATE " + state + "): " + e.what());
+    }
+    if (state == "40001" || state == "40P01") {
+      return unavailable(where + ": aborted (SQLSTATE " + state + "), retry: " + e.what());
+    }
+    return internalError(where + ": SQLSTATE " + state + ": " + e.what());
+  }
+  return internalError(where + ": " + e.what());
+}
+
+bool retryableAtOnce(const std::exception& e) {
+  if (dynamic_cast<const pqxx::deadlock_detected*>(&e) != nullptr ||
+      dynamic_cast<const pqxx::serialization_failure*>(&e) != nullptr) {
+    return true;
+  }
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
+    return sql->sqlstate() == "40001" || sql->sqlstate() == "40P01";
+  }
+  return false;
+}
+
+Session::Session(PostgresOptions options) : options_(std::move(options)), conninfo_(connectionString(options_)) {}
+
+Session::~Session() = default;
+
+Status Session::run(std::string_view context, const std::function<void(pqxx::connection&)>& fn) {
+  const int attempts = std::max(options_.max_attempts, 1);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      if (conn_ == nullptr || !conn_->is_open()) {
+        conn_.reset();
+        conn_ = std::make_unique<pqxx::connection>(conninfo_);
+      }
+      fn(*conn_);
+      return Status::ok();
+    } catch (const std::exception& e) {
+      const Status status = statusOf(e, context);
+      const bool retry = retryableAtOnce(e);
+      if (retry && attempt < attempts) continue;
+      // A statement's own error or an aborted transaction leaves the
+      // connection usable; after anything else its state is unknown, so
+      // the next call starts afresh.
+      const bool statement_error = dynamic_cast<const pqxx::sql_error*>(&e) != nullptr &&
+                                   status.code() != StatusCode::kUnavailable;
+      if (!retry && !statement_error) conn_.reset();
+      return status;
+    }
+  }
+}
+
+}  // namespace lg::billing::pg

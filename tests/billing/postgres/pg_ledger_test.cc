@@ -1,0 +1,507 @@
+// The ledger of record in PostgreSQL (billing/postgres/) against a real,
+// private PostgreSQL: one instance per run of this binary (a gtest
+// Environment), one fresh database per test.
+#include <atomic>
+#include <future>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <pqxx/pqxx>
+
+#include "billing/billing_db.h"
+#include "billing/ledger.h"
+#include "billing/postgres/pg_ledger_reader.h"
+#include "billing/postgres/pg_ledger_writer.h"
+#include "billing/postgres/pg_schema.h"
+#include "tests/support/postgres_server.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
+
+namespace lg::billing::pg {
+namespace {
+
+using test::PostgresServer;
+
+test::PostgresServer* g_server = nullptr;
+
+class PostgresEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::string error;
+    server_ = PostgresServer::create(&error);
+    ASSERT_NE(server_, nullptr) << error;
+    g_server = server_.get();
+  }
+  void TearDown() override {
+    g_server = nullptr;
+    server_.reset();  // stops the postmaster it started, removes its directory
+  }
+
+ private:
+  std::unique_ptr<PostgresServer> server_;
+};
+
+[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new PostgresEnvironment);
+
+class PgLedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(g_server, nullptr);
+    if (!g_server->running()) {
+      std::string error;
+      ASSERT_TRUE(g_server->start(&error)) << error;
+    }
+    static int n = 0;
+    const std::string db = "t" + std::to_string(++n);
+    std::string error;
+    ASSERT_TRUE(g_server->createDatabase(db, &error)) << error;
+    options_.url = g_server->url(db);
+  }
+
+  void migrated() {
+    auto report = migrate(options_);
+    ASSERT_TRUE(report.isOk()) << report.status().toString();
+  }
+
+  PostgresOptions options_;
+};
+
+// A plausible entry: tokens and rates within the ledger's ranges, priced as
+// the ledger prices it.
+LedgerEntry randomEntry(std::mt19937_64& rng, int i) {
+  static const char* kTeams[] = {"team-a", "team-b", "team-c"};
+  static const char* kModels[] = {"demo", "deepseek-v3"};
+  static const EntryStatus kStatuses[] = {EntryStatus::kCompleted, EntryStatus::kCompleted, EntryStatus::kCancelled,
+                                          EntryStatus::kFailed, EntryStatus::kRefused};
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  LedgerEntry e;
+  e.request_id = "req-" + std::to_string(i);
+  e.response_id = "chatcmpl-" + std::to_string(i);
+  e.team = kTeams[pick(3)];
+  e.key_id = e.team + "-key" + std::to_string(pick(3));
+  e.model = kModels[pick(2)];
+  e.requested_model = "deepseek-chat";
+  e.endpoint = "/v1/chat/completions";
+  e.system_prompt = pick(3) == 0 ? "" : "sp" + std::to_string(pick(4));
+  e.start_us = 1'750'000'000'000'000 + static_cast<int64_t>(rng() % (3ull * 86400 * 1'000'000));
+  e.end_us = e.start_us + 1000;
+  e.ttft_us = pick(2) == 0 ? -1 : 500;
+  e.hit_tokens_tier0 = pick(5000);
+  e.hit_tokens_disk = pick(1000);
+  e.miss_tokens = 1 + pick(8000);
+  e.prompt_tokens = e.hit_tokens_tier0 + e.hit_tokens_disk + e.miss_tokens;
+  e.output_tokens = pick(2000);
+  e.choices = 1 + pick(2);
+  e.prices.rates = pick(2) == 0 ? kDeepSeekRates : Rates{7'000, 140'000, 210'000};
+  e.prices.version = pick(3);
+  e.prices.priced_as = "*";
+  e.status = kStatuses[pick(5)];
+  e.finish_reason = e.status == EntryStatus::kCompleted ? "stop" : "cancelled";
+  e.price();
+  return e;
+}
+
+// The RocksDB ledger with the same entries: the reference for usage().
+class ReferenceLedger {
+ public:
+  ReferenceLedger() {
+    auto db = BillingDb::open(dir_.file("billing"));
+    EXPECT_TRUE(db.isOk()) << db.status().toString();
+    db_ = std::move(db).value();
+    auto ledger = Ledger::open(*db_);
+    EXPECT_TRUE(ledger.isOk()) << ledger.status().toString();
+    ledger_ = std::move(ledger).value();
+  }
+  void commit(const std::vector<LedgerEntry>& entries) {
+    std::vector<std::future<Status>> done;
+    for (const LedgerEntry& e : entries) {
+      auto p = std::make_shared<std::promise<Status>>();
+      done.push_back(p->get_future());
+      ledger_->commit(e, std::nullopt, [p](Status s) { p->set_value(s); });
+    }
+    for (auto& f : done) ASSERT_TRUE(f.get().isOk());
+  }
+  Ledger& ledger() { return *ledger_; }
+
+ private:
+  test::TempDir dir_{"lg_pg_ref"};
+  std::unique_ptr<BillingDb> db_;
+  std::unique_ptr<Ledger> ledger_;
+};
+
+void expectSameRows(const std::vector<UsageRow>& got, const std::vector<UsageRow>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].group, want[i].group) << what << " row " << i;
+    EXPECT_EQ(got[i].team, want[i].team) << what << " row " << i;
+    EXPECT_EQ(got[i].period_start_s, want[i].period_start_s) << what << " row " << i;
+    EXPECT_EQ(got[i].counters, want[i].counters) << what << " row " << i << " (" << got[i].group << ")";
+  }
+}
+
+TEST_F(PgLedgerTest, MigrationsRunOnceWhenReplicasStartTogether) {
+  constexpr int kReplicas = 4;
+  std::vector<std::future<Result<MigrationReport>>> starts;
+  std::promise<void> go;
+  std::shared_future<void> ready = go.get_future().share();
+  for (int i = 0; i < kReplicas; ++i) {
+    starts.push_back(std::async(std::launch::async, [&, ready] {
+      ready.wait();
+      return migrate(options_);
+    }));
+  }
+  go.set_value();
+  int applied = 0;
+  for (auto& f : starts) {
+    auto r = f.get();
+    ASSERT_TRUE(r.isOk()) << r.status().toString();
+    EXPECT_EQ(r->version, static_cast<int>(migrations().size()));
+    applied += static_cast<int>(r->applied.size());
+  }
+  EXPECT_EQ(applied, static_cast<int>(migrations().size()));  // each migration by exactly one replica
+
+  auto again = migrate(options_);
+  ASSERT_TRUE(again.isOk()) << again.status().toString();
+  EXPECT_TRUE(again->applied.empty());
+  pqxx::connection c(options_.url);
+  pqxx::read_transaction tx(c);
+  EXPECT_EQ(tx.exec("SELECT count(*) FROM schema_migrations")[0][0].as<int>(), static_cast<int>(migrations().size()));
+}
+
+TEST_F(PgLedgerTest, EditedMigrationIsRefused) {
+  migrated();
+  {
+    pqxx::connection c(options_.url);
+    pqxx::work tx(c);
+    tx.exec("UPDATE schema_migrations SET name = 'something else' WHERE version = 1");
+    tx.commit();
+  }
+  auto r = migrate(options_);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().toString();
+}
+
+TEST_F(PgLedgerTest, ReplayedBatchIsCountedOnce) {
+  migrated();
+  std::mt19937_64 rng(1);
+  std::vector<LedgerEntry> batch;
+  for (int i = 0; i < 50; ++i) batch.push_back(randomEntry(rng, i));
+  PgLedgerWriter writer(options_);
+  auto first = writer.write(batch);
+  ASSERT_TRUE(first.isOk()) << first.status().toString();
+  EXPECT_EQ(first->inserted, 50u);
+  EXPECT_EQ(first->duplicates, 0u);
+
+  PgLedgerReader reader(options_);
+  UsageQuery all;
+  all.to_s = std::numeric_limits<int32_t>::max();
+  auto before = reader.usage(all);
+  ASSERT_TRUE(before.isOk()) << before.status().toString();
+
+  // The drain crashed after the commit, before it removed the batch from its outbox.
+  auto replay = writer.write(batch);
+  ASSERT_TRUE(replay.isOk()) << replay.status().toString();
+  EXPECT_EQ(replay->inserted, 0u);
+  EXPECT_EQ(replay->duplicates, 50u);
+  // A batch that overlaps the first, with a request id twice in itself.
+  std::vector<LedgerEntry> overlap = {batch[0], randomEntry(rng, 100), randomEntry(rng, 100)};
+  auto third = writer.write(overlap);
+  ASSERT_TRUE(third.isOk()) << third.status().toString();
+  EXPECT_EQ(third->inserted, 1u);
+  EXPECT_EQ(third->duplicates, 2u);
+
+  auto count = reader.entryCount();
+  ASSERT_TRUE(count.isOk());
+  EXPECT_EQ(*count, 51);
+  auto after = reader.usage(all);
+  ASSERT_TRUE(after.isOk());
+  ASSERT_EQ(after->size(), 1u);
+  Counters expected = (*before)[0].counters;
+  addCounters(expected, countersOf(overlap[1]));
+  EXPECT_EQ((*after)[0].counters, expected);
+  auto verified = reader.verify();
+  ASSERT_TRUE(verified.isOk()) << verified.status().toString();
+  EXPECT_TRUE(verified->ok()) << verified->mismatches[0];
+  EXPECT_EQ(verified->entries, 51u);
+}
+
+TEST_F(PgLedgerTest, RollupsEqualTheSumsOfTheRowsAndTheRocksDbLedger) {
+  migrated();
+  std::mt19937_64 rng(42);
+  std::vector<LedgerEntry> all;
+  for (int i = 0; i < 1500; ++i) all.push_back(randomEntry(rng, i));
+  PgLedgerWriter writer(options_);
+  // Batches of random sizes, each replaying part of what came before.
+  size_t next = 0, written = 0;
+  while (next < all.size()) {
+    const size_t n = std::min<size_t>(1 + rng() % 200, all.size() - next);
+    std::vector<LedgerEntry> batch(all.begin() + static_cast<long>(next), all.begin() + static_cast<long>(next + n));
+    for (int r = 0; r < 5 && next > 0; ++r) batch.push_back(all[rng() % next]);
+    std::shuffle(batch.begin(), batch.end(), rng);
+    auto w = writer.write(batch);
+    ASSERT_TRUE(w.isOk()) << w.status().toString();
+    EXPECT_EQ(w->inserted, n);
+    written += w->inserted;
+    next += n;
+  }
+  EXPECT_EQ(written, all.size());
+
+  ReferenceLedger reference;
+  reference.commit(all);
+  PgLedgerReader reader(options_);
+  auto verified = reader.verify();
+  ASSERT_TRUE(verified.isOk()) << verified.status().toString();
+  EXPECT_TRUE(verified->ok()) << verified->mismatches[0];
+  EXPECT_EQ(verified->entries, all.size());
+
+  const int64_t from = 1'750'000'000 + 3600 * 5;  // a range that cuts the data
+  const int64_t to = 1'750'000'000 + 86400 * 2;
+  for (GroupBy g : {GroupBy::kNone, GroupBy::kKey, GroupBy::kTeam, GroupBy::kModel, GroupBy::kSystemPrompt}) {
+    for (int64_t granularity : {int64_t{0}, int64_t{3600}, int64_t{86400}}) {
+      for (const std::string& team : {std::string(), std::string("team-b")}) {
+        for (bool whole : {true, false}) {
+          if (g == GroupBy::kModel && !team.empty()) continue;
+          UsageQuery q;
+          q.group_by = g;
+          q.granularity_s = granularity;
+          q.team = team;
+          q.from_s = whole ? 0 : from;
+          q.to_s = whole ? std::numeric_limits<int32_t>::max() : to;
+          auto got = reader.usage(q);
+          auto want = reference.ledger().usage(q);
+          ASSERT_TRUE(got.isOk()) << got.status().toString();
+          ASSERT_TRUE(want.isOk()) << want.status().toString();
+          expectSameRows(*got, *want,
+                         std::string(groupByName(g)) + " granularity " + std::to_string(granularity) + " team " + team +
+                             (whole ? " all" : " range"));
+        }
+      }
+    }
+  }
+  UsageQuery by_key;
+  by_key.key_id = all[0].key_id;
+  by_key.team = all[0].team;
+  by_key.to_s = std::numeric_limits<int32_t>::max();
+  auto got = reader.usage(by_key);
+  auto want = reference.ledger().usage(by_key);
+  ASSERT_TRUE(got.isOk() && want.isOk());
+  expectSameRows(*got, *want, "one key");
+}
+
+TEST_F(PgLedgerTest, ConcurrentWritersWithOverlappingBatchesCountEachEntryOnce) {
+  migrated();
+  std::mt19937_64 rng(7);
+  std::vector<LedgerEntry> all;
+  for (int i = 0; i < 800; ++i) all.push_back(randomEntry(rng, i));
+  constexpr int kWriters = 4;
+  std::atomic<size_t> inserted{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      PgLedgerWriter writer(options_);
+      std::mt19937_64 local(static_cast<uint64_t>(w));
+      // Every writer writes every entry, in its own order and batches: the
+      // worst case of replicas replaying each other's outboxes.
+      std::vector<LedgerEntry> mine = all;
+      std::shuffle(mine.begin(), mine.end(), local);
+      for (size_t i = 0; i < mine.size(); i += 100) {
+        std::vector<LedgerEntry> batch(mine.begin() + static_cast<long>(i),
+                                       mine.begin() + static_cast<long>(std::min(i + 100, mine.size())));
+        auto r = writer.write(batch);
+        ASSERT_TRUE(r.isOk()) << r.status().toString();
+        inserted += r->inserted;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(inserted.load(), all.size());
+  PgLedgerReader reader(options_);
+  auto verified = reader.verify();
+  ASSERT_TRUE(verified.isOk()) << verified.status().toString();
+  EXPECT_TRUE(verified->ok()) << verified->mismatches[0];
+  EXPECT_EQ(verified->entries, all.size());
+}
+
+TEST_F(PgLedgerTest, MoneyAndTextRoundTripExactly) {
+  migrated();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  LedgerEntry e;
+  e.request_id = "req-extreme";
+  e.response_id = "chatcmpl-\"quoted\"\t\\back\\slash\nnewline é 漢字 🙂";
+  e.key_id = "key'; DROP TABLE ledger_entries; --";
+  e.team = "team-x";
+  e.model = "m";
+  e.requested_model = "{\"json\": [1, 2]}";
+  e.endpoint = "/v1/responses";
+  e.system_prompt = std::string(64, 'f');
+  e.idempotency_key = std::string(64, 'a');
+  e.start_us = 1'750'000'000'000'000;
+  e.end_us = kMax;
+  e.ttft_us = -1;
+  e.prompt_tokens = kMax;
+  e.hit_tokens_tier0 = kMax;
+  e.hit_tokens_disk = 0;
+  e.miss_tokens = kMin;
+  e.output_tokens = kMax - 1;
+  e.choices = std::numeric_limits<int32_t>::max();
+  e.prices.rates = {kMax, kMin, 1};
+  e.prices.version = kMax;
+  e.prices.priced_as = "default";
+  e.prices.window = -1;
+  e.cost = {kMax, kMin, kMax};
+  e.status = EntryStatus::kFailed;  // not billable: its rollup has no hit-at-miss-price product
+  e.finish_reason = "error";
+  PgLedgerWriter writer(options_);
+  auto w = writer.write({e});
+  ASSERT_TRUE(w.isOk()) << w.status().toString();
+  PgLedgerReader reader(options_);
+  auto found = reader.find(e.request_id);
+  ASSERT_TRUE(found.isOk()) << found.status().toString();
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ(encodeEntry(**found), encodeEntry(e));  // every field, byte for byte
+
+  // The largest costs the ledger can produce (a rate of $1,000 per 1M
+  // tokens, 2^31 - 1 tokens): eight in one hour sum past int64 but within
+  // the usage row's uint64, and the rollup holds that exactly.
+  const int64_t tokens = std::numeric_limits<int32_t>::max();
+  const Rates max_rates{1'000'000'000, 1'000'000'000, 1'000'000'000};
+  std::vector<LedgerEntry> big;
+  for (int i = 0; i < 8; ++i) {
+    LedgerEntry b;
+    b.request_id = "req-big-" + std::to_string(i);
+    b.key_id = "k";
+    b.team = "team-big";
+    b.model = "m";
+    b.start_us = 1'760'000'000'000'000;
+    b.hit_tokens_tier0 = tokens;
+    b.miss_tokens = tokens;
+    b.output_tokens = tokens;
+    b.prompt_tokens = 2 * tokens;
+    b.prices.rates = max_rates;
+    b.price();
+    ASSERT_EQ(b.cost.input_cache_hit, 1'000'000'000 * tokens);
+    big.push_back(b);
+  }
+  ASSERT_TRUE(writer.write(big).isOk());
+  UsageQuery q;
+  q.team = "team-big";
+  q.to_s = std::numeric_limits<int32_t>::max();
+  auto usage = reader.usage(q);
+  ASSERT_TRUE(usage.isOk()) << usage.status().toString();
+  ASSERT_EQ(usage->size(), 1u);
+  const uint64_t per_kind = 8ull * 1'000'000'000ull * static_cast<uint64_t>(tokens);
+  EXPECT_GT(per_kind, static_cast<uint64_t>(kMax));
+  EXPECT_EQ((*usage)[0].counters[kCostHit], per_kind);
+  EXPECT_EQ((*usage)[0].counters[kCostMiss], per_kind);
+  EXPECT_EQ((*usage)[0].counters[kCostOutput], per_kind);
+  EXPECT_EQ((*usage)[0].counters[kHitAtMissPrice], per_kind);
+  EXPECT_EQ(costTotal((*usage)[0].counters), static_cast<Int128>(per_kind) * 3);
+
+  // Two more hours' worth pass the uint64 a usage row holds: an error, not a wrapped number.
+  for (int i = 8; i < 24; ++i) {
+    big[0].request_id = "req-big-" + std::to_string(i);
+    ASSERT_TRUE(writer.write({big[0]}).isOk());
+  }
+  auto too_big = reader.usage(q);
+  ASSERT_FALSE(too_big.isOk());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kOutOfRange) << too_big.status().toString();
+}
+
+TEST_F(PgLedgerTest, TextPostgresCannotHoldIsRefusedBeforeSending) {
+  migrated();
+  std::mt19937_64 rng(3);
+  LedgerEntry e = randomEntry(rng, 1);
+  e.finish_reason = std::string("a\0b", 3);
+  PgLedgerWriter writer(options_);
+  auto w = writer.write({e});
+  ASSERT_FALSE(w.isOk());
+  EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+  e.finish_reason = "\xff\xfe";
+  w = writer.write({e});
+  ASSERT_FALSE(w.isOk());
+  EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(PgLedgerTest, NoServerIsAnUnavailableStatus) {
+  PostgresOptions nowhere;
+  nowhere.url = "postgresql://lg@127.0.0.1:" + std::to_string(test::freeLoopbackPort()) + "/x";
+  auto m = migrate(nowhere);
+  ASSERT_FALSE(m.isOk());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnavailable) << m.status().toString();
+  std::mt19937_64 rng(5);
+  PgLedgerWriter writer(nowhere);
+  auto w = writer.write({randomEntry(rng, 1)});
+  ASSERT_FALSE(w.isOk());
+  EXPECT_EQ(w.status().code(), StatusCode::kUnavailable) << w.status().toString();
+  PgLedgerReader reader(nowhere);
+  auto u = reader.usage(UsageQuery{});
+  ASSERT_FALSE(u.isOk());
+  EXPECT_EQ(u.status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(PgLedgerTest, PostgresAwayAndBackWritesTheHeldBatchOnce) {
+  migrated();
+  std::mt19937_64 rng(9);
+  std::vector<LedgerEntry> first, held;
+  for (int i = 0; i < 20; ++i) first.push_back(randomEntry(rng, i));
+  for (int i = 20; i < 40; ++i) held.push_back(randomEntry(rng, i));
+  PgLedgerWriter writer(options_);
+  PgLedgerReader reader(options_);
+  ASSERT_TRUE(writer.write(first).isOk());
+  ASSERT_TRUE(reader.entryCount().isOk());  // both hold a connection that the stop breaks
+
+  const pid_t pid = g_server->pid();
+  g_server->stop();
+  EXPECT_NE(kill(pid, 0), 0);
+  auto w = writer.write(held);
+  ASSERT_FALSE(w.isOk());
+  EXPECT_EQ(w.status().code(), StatusCode::kUnavailable) << w.status().toString();
+  auto c = reader.entryCount();
+  ASSERT_FALSE(c.isOk());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable) << c.status().toString();
+  w = writer.write(held);  // still away: a fresh connection is refused
+  ASSERT_FALSE(w.isOk());
+  EXPECT_EQ(w.status().code(), StatusCode::kUnavailable);
+
+  std::string error;
+  ASSERT_TRUE(g_server->start(&error)) << error;
+  std::vector<LedgerEntry> drain = first;  // the outbox still held the first batch too
+  drain.insert(drain.end(), held.begin(), held.end());
+  w = writer.write(drain);
+  ASSERT_TRUE(w.isOk()) << w.status().toString();
+  EXPECT_EQ(w->inserted, held.size());
+  c = reader.entryCount();
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(*c, 40);
+  auto verified = reader.verify();
+  ASSERT_TRUE(verified.isOk());
+  EXPECT_TRUE(verified->ok());
+}
+
+// Not a benchmark (docs/benchmarks.md will hold one): a bound that shows a
+// drain of thousands of entries a second is within reach on this machine.
+TEST_F(PgLedgerTest, BatchesOfAThousandWriteQuickly) {
+  migrated();
+  std::mt19937_64 rng(11);
+  std::vector<LedgerEntry> all;
+  for (int i = 0; i < 10'000; ++i) all.push_back(randomEntry(rng, i));
+  PgLedgerWriter writer(options_);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < all.size(); i += 1000) {
+    std::vector<LedgerEntry> batch(all.begin() + static_cast<long>(i), all.begin() + static_cast<long>(i + 1000));
+    auto w = writer.write(batch);
+    ASSERT_TRUE(w.isOk()) << w.status().toString();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %zu entries in batches of 1000 in %.3f s: %.0f entries/s\n", all.size(), s,
+              static_cast<double>(all.size()) / s);
+  EXPECT_LT(s, 30.0);
+}
+
+}  // namespace
+}  // namespace lg::billing::pg
