@@ -25,6 +25,11 @@ constexpr std::string_view kIdPrefix = "led/id/";
 constexpr std::string_view kIdempotencyPrefix = "led/idem/";
 constexpr std::string_view kIdempotencyTimePrefix = "led/idemt/";
 constexpr std::string_view kIdempotencyIndexed = "led/idem-indexed";
+constexpr std::string_view kOutboxPrefix = "led/outbox/";
+constexpr std::string_view kOutboxOn = "led/outbox-on";
+constexpr std::string_view kOutboxRejectedPrefix = "led/outbox-rejected/";
+// Markers written per batch when an existing ledger is given its outbox.
+constexpr size_t kOutboxBackfillBatch = 10'000;
 // Expired idempotency records deleted per sweep, and how often the committer sweeps.
 constexpr size_t kSweepBatch = 256;
 constexpr auto kSweepInterval = std::chrono::seconds(60);
@@ -39,6 +44,11 @@ std::string padded(int64_t v, int digits) {
 
 std::string entryKey(int64_t start_us, std::string_view request_id) {
   return std::string(kEntryPrefix) + padded(std::max<int64_t>(start_us, 0), 16) + "/" + std::string(request_id);
+}
+
+// led/outbox/<start>/<id>: the same suffix as the entry's key.
+std::string outboxKey(int64_t start_us, std::string_view request_id) {
+  return std::string(kOutboxPrefix) + padded(std::max<int64_t>(start_us, 0), 16) + "/" + std::string(request_id);
 }
 
 std::string idempotencyKey(std::string_view key_id, std::string_view key_hash) {
@@ -290,6 +300,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(BillingDb& db, LedgerOptions option
   if (options.idempotency_ttl_s < 1) return invalidArgument("ledger: idempotency_ttl_s must be at least 1");
   std::unique_ptr<Ledger> ledger(new Ledger(db, options));
   LG_RETURN_IF_ERROR(ledger->indexIdempotencyRecords());
+  LG_RETURN_IF_ERROR(ledger->openOutbox());
   ledger->committer_ = std::thread([l = ledger.get()] { l->run(); });
   return ledger;
 }
@@ -350,6 +361,7 @@ void Ledger::commitBatch(std::vector<Pending>& batch) {
   WriteOps ops;
   std::map<std::string, Counters> sums;  // one merge per aggregate key per batch
   std::set<std::string> ids;
+  const int64_t commit_us = options_.outbox ? (options_.now_us ? options_.now_us() : unixMicros()) : 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const LedgerEntry& e = batch[i].entry;
     const std::string id_key = std::string(kIdPrefix) + e.request_id;
@@ -372,6 +384,8 @@ void Ledger::commitBatch(std::vector<Pending>& batch) {
     }
     ops.puts.emplace_back(entryKey(e.start_us, e.request_id), encodeEntry(e));
     ops.puts.emplace_back(id_key, std::to_string(e.start_us));
+    // In the same synced batch: the entry is durable exactly when its marker is.
+    if (options_.outbox) ops.puts.emplace_back(outboxKey(e.start_us, e.request_id), std::to_string(commit_us));
     const Counters c = countersOf(e);
     for (const std::string& k : aggregateKeys(e)) {
       auto [it, inserted] = sums.try_emplace(k, Counters{});
@@ -415,6 +429,11 @@ void Ledger::commitBatch(std::vector<Pending>& batch) {
         ++stats_.failed;
       }
     }
+  }
+  if (options_.outbox && written.isOk()) {
+    uint64_t added = 0;
+    for (const Status& r : results) added += r.isOk() ? 1 : 0;
+    outbox_depth_.fetch_add(added, std::memory_order_relaxed);
   }
   if (options_.metrics != nullptr && written.isOk()) {
     // The batch's oldest entry waited longest: the latency a client saw at worst.
@@ -537,6 +556,101 @@ Status Ledger::indexIdempotencyRecords() {
   }));
   ops.puts.emplace_back(kIdempotencyIndexed, "1");
   return db_.apply(ops, /*sync=*/true);
+}
+
+// ---------------------------------------------------------------- outbox
+
+Status Ledger::openOutbox() {
+  LG_ASSIGN_OR_RETURN(std::optional<std::string> on, db_.get(kOutboxOn));
+  if (!options_.outbox) {
+    // Entries committed from now on get no marker: the next open with the
+    // outbox gives every entry one again.
+    if (on) LG_RETURN_IF_ERROR(db_.write({}, {std::string(kOutboxOn)}));
+    return Status::ok();
+  }
+  if (!on) {
+    // Every entry, once: PostgreSQL keeps those it already holds as they
+    // are. A crash midway leaves led/outbox-on unwritten, so it starts over.
+    const std::string now = std::to_string(options_.now_us ? options_.now_us() : unixMicros());
+    WriteOps ops;
+    uint64_t given = 0;
+    Status written;
+    LG_RETURN_IF_ERROR(db_.scan(kEntryPrefix, [&](std::string_view key, std::string_view) {
+      ops.puts.emplace_back(std::string(kOutboxPrefix) + std::string(key.substr(kEntryPrefix.size())), now);
+      ++given;
+      if (ops.puts.size() >= kOutboxBackfillBatch) {
+        written = db_.apply(ops, /*sync=*/false);
+        ops.puts.clear();
+        return written.isOk();
+      }
+      return true;
+    }));
+    LG_RETURN_IF_ERROR(written);
+    ops.puts.emplace_back(kOutboxOn, "1");
+    LG_RETURN_IF_ERROR(db_.apply(ops, /*sync=*/true));
+    if (given > 0) ledgerLog()->info("ledger: {} existing entries queued for PostgreSQL", given);
+  }
+  uint64_t depth = 0;
+  LG_RETURN_IF_ERROR(db_.scan(kOutboxPrefix, [&](std::string_view, std::string_view) {
+    ++depth;
+    return true;
+  }));
+  outbox_depth_.store(depth, std::memory_order_relaxed);
+  return Status::ok();
+}
+
+Result<OutboxBatch> Ledger::readOutbox(size_t max_entries) const {
+  OutboxBatch batch;
+  std::vector<std::pair<std::string, int64_t>> markers;
+  LG_RETURN_IF_ERROR(db_.scan(kOutboxPrefix, [&](std::string_view key, std::string_view value) {
+    if (markers.size() >= max_entries) return false;
+    int64_t commit_us = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), commit_us);
+    if (ec != std::errc() || end != value.data() + value.size()) commit_us = 0;
+    markers.emplace_back(std::string(key), commit_us);
+    return true;
+  }));
+  for (auto& [marker, commit_us] : markers) {
+    const std::string entry_key = std::string(kEntryPrefix) + marker.substr(kOutboxPrefix.size());
+    LG_ASSIGN_OR_RETURN(std::optional<std::string> value, db_.get(entry_key));
+    if (!value) {
+      batch.broken.emplace_back(std::move(marker), "its entry is missing");
+      continue;
+    }
+    auto e = decodeEntry(*value);
+    if (!e.isOk()) {
+      batch.broken.emplace_back(std::move(marker), "its entry is unreadable: " + e.status().toString());
+      continue;
+    }
+    if (commit_us > 0 && (batch.oldest_commit_us == 0 || commit_us < batch.oldest_commit_us)) {
+      batch.oldest_commit_us = commit_us;
+    }
+    batch.markers.push_back(std::move(marker));
+    batch.entries.push_back(std::move(e).value());
+  }
+  return batch;
+}
+
+Status Ledger::removeFromOutbox(const std::vector<std::string>& drained,
+                                const std::vector<std::pair<std::string, std::string>>& rejected) {
+  WriteOps ops;
+  for (const std::string& m : drained) {
+    if (!m.starts_with(kOutboxPrefix)) return invalidArgument("ledger: " + m + " is not an outbox marker");
+    ops.deletes.push_back(m);
+  }
+  for (const auto& [m, why] : rejected) {
+    if (!m.starts_with(kOutboxPrefix)) return invalidArgument("ledger: " + m + " is not an outbox marker");
+    ops.deletes.push_back(m);
+    ops.puts.emplace_back(std::string(kOutboxRejectedPrefix) + m.substr(kOutboxPrefix.size()), why);
+  }
+  if (ops.deletes.empty()) return Status::ok();
+  LG_RETURN_IF_ERROR(db_.apply(ops, /*sync=*/false));
+  // One drainer: nothing else removes markers, so none was counted twice.
+  const uint64_t n = ops.deletes.size();
+  uint64_t depth = outbox_depth_.load(std::memory_order_relaxed);
+  while (!outbox_depth_.compare_exchange_weak(depth, depth >= n ? depth - n : 0, std::memory_order_relaxed)) {
+  }
+  return Status::ok();
 }
 
 // ----------------------------------------------------------------- reads

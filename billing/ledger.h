@@ -17,6 +17,10 @@
 //   led/idem/<key id>/<SHA-256 of the Idempotency-Key, hex>   the request that used it
 //   led/idemt/<created us, 16 digits>/<key id>/<key hash>      "": the records in creation order
 //   led/idem-indexed                           "1": every record has its led/idemt/ key
+//   led/outbox/<start us, 16 digits>/<request id>   <commit us>: the entry is not yet in
+//                                              PostgreSQL (only with LedgerOptions::outbox)
+//   led/outbox-on                              "1": every entry has been given a marker once
+//   led/outbox-rejected/<start us>/<request id>   why PostgreSQL can never hold the entry
 //   agg/<dimension>/<hour, 10 digits>/<value>  counters (encodeCounters, merged):
 //     key: <team>/<key id>, team: <team>, model: <model>, sp: <team>/<fingerprint or "-">
 //
@@ -27,11 +31,23 @@
 // may keep whole responses) stays bounded. Each record has exactly one
 // led/idemt/ key: they are written, replaced and deleted in the same batch.
 //
+// The outbox (LedgerOptions::outbox, when billing.postgres_url is set): the
+// committer writes each entry's led/outbox/ marker in the same synced batch
+// as the entry, so an entry is durable exactly when its marker is; a drainer
+// (billing/postgres/ledger_drain.h) reads markers in key order with
+// readOutbox(), writes their entries to PostgreSQL and only then deletes the
+// markers with removeFromOutbox(). Opening with the outbox when led/outbox-on
+// is absent first gives every existing entry a marker (PostgreSQL ignores
+// those it holds: the writer is idempotent by request id); opening without it
+// deletes led/outbox-on, so that entries committed meanwhile are given theirs
+// the next time. Without the outbox nothing under led/outbox is written.
+//
 // Thread-safety: every method may be called from any thread. Callbacks run
 // on the committer thread, one at a time, and must not block.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -168,6 +184,17 @@ struct LedgerOptions {
   int64_t idempotency_ttl_s = 24 * 3600;   // an Idempotency-Key is spent for this long; >= 1
   std::function<int64_t()> now_us;         // Unix microseconds; empty: the system clock (tests pass their own)
   LedgerMetrics* metrics = nullptr;        // /metrics: commit latency and cost by team; must outlive the ledger
+  bool outbox = false;                     // write led/outbox/ markers for a drainer (above)
+};
+
+// What readOutbox() found: markers in key order (start time, then request
+// id), each with its entry, and the markers whose entry is missing or
+// unreadable (never drainable; see removeFromOutbox).
+struct OutboxBatch {
+  std::vector<std::string> markers;
+  std::vector<LedgerEntry> entries;  // entries[i] is markers[i]'s
+  std::vector<std::pair<std::string, std::string>> broken;  // marker, why
+  int64_t oldest_commit_us = 0;      // the earliest commit among `markers` (0: none)
 };
 
 struct LedgerStats {
@@ -247,6 +274,19 @@ class Ledger {
   LedgerStats stats() const;
   const LedgerOptions& options() const { return options_; }
 
+  // The outbox (LedgerOptions::outbox). Up to `max_entries` markers, oldest
+  // start first, with their entries.
+  Result<OutboxBatch> readOutbox(size_t max_entries) const;
+  // Deletes `drained` markers (their entries are in PostgreSQL) and moves
+  // `rejected` ones (marker, why) to led/outbox-rejected/, in one write; not
+  // synced: a deletion a power loss drops is drained again, which PostgreSQL
+  // ignores. Only the drainer calls it, one call at a time.
+  Status removeFromOutbox(const std::vector<std::string>& drained,
+                          const std::vector<std::pair<std::string, std::string>>& rejected = {});
+  // Markers not yet removed: counted at open, then kept by the committer and
+  // removeFromOutbox (0 without the outbox).
+  uint64_t outboxDepth() const { return outbox_depth_.load(std::memory_order_relaxed); }
+
   // Tells `observer` of every later commit; it must outlive the ledger.
   void addObserver(CommitObserver* observer);
 
@@ -265,6 +305,9 @@ class Ledger {
   bool expired(const IdempotencyRecord& record) const { return record.created_us <= expiryCutoffUs(); }
   // Gives every record written before led/idemt/ existed its key, once.
   Status indexIdempotencyRecords();
+  // At open: markers for every entry when the outbox is new (led/outbox-on),
+  // then the depth; without the outbox, forgets led/outbox-on.
+  Status openOutbox();
 
   BillingDb& db_;
   const LedgerOptions options_;
@@ -288,6 +331,8 @@ class Ledger {
 
   std::mutex observers_mu_;
   std::vector<CommitObserver*> observers_;  // guarded by observers_mu_
+
+  std::atomic<uint64_t> outbox_depth_{0};
 
   std::thread committer_;
 };

@@ -6,12 +6,23 @@ namespace lg::billing::pg {
 
 std::string connectionString(const PostgresOptions& options) {
   std::string s = options.url;
-  if (s.find("connect_timeout") != std::string::npos || options.connect_timeout_s <= 0) return s;
-  const std::string t = "connect_timeout=" + std::to_string(options.connect_timeout_s);
-  if (s.rfind("postgresql://", 0) == 0 || s.rfind("postgres://", 0) == 0) {
-    return s + (s.find('?') == std::string::npos ? "?" : "&") + t;
+  const bool is_url = s.rfind("postgresql://", 0) == 0 || s.rfind("postgres://", 0) == 0;
+  const auto add = [&](const std::string& url_param, const std::string& key_value) {
+    if (is_url) {
+      s += (s.find('?') == std::string::npos ? "?" : "&") + url_param;
+    } else {
+      s = s.empty() ? key_value : s + " " + key_value;
+    }
+  };
+  if (s.find("connect_timeout") == std::string::npos && options.connect_timeout_s > 0) {
+    const std::string t = "connect_timeout=" + std::to_string(options.connect_timeout_s);
+    add(t, t);
   }
-  return s.empty() ? t : s + " " + t;
+  if (s.find("options=") == std::string::npos && options.statement_timeout_ms > 0) {
+    const std::string ms = std::to_string(options.statement_timeout_ms);
+    add("options=-c%20statement_timeout%3D" + ms, "options='-c statement_timeout=" + ms + "'");
+  }
+  return s;
 }
 
 Status statusOf(const std::exception& e, std::string_view context) {

@@ -16,6 +16,11 @@ struct PostgresOptions {
   // Tries of a batch that PostgreSQL aborted for a deadlock or a
   // serialization failure (safe: the batch is idempotent), >= 1.
   int max_attempts = 3;
+  // Added to the URL (libpq's `options=-c statement_timeout=...`) when > 0
+  // and the URL sets no `options` of its own: a statement that waits longer
+  // (a lock held elsewhere, a server that stopped answering) fails instead
+  // of holding its caller (the drain's shutdown) indefinitely.
+  int statement_timeout_ms = 0;
 };
 
 }  // namespace lg::billing::pg
