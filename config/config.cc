@@ -7,6 +7,7 @@
 #include <limits>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <variant>
 
@@ -16,6 +17,7 @@
 #include "common/file_util.h"
 #include "common/secret_strength.h"
 #include "common/team_id.h"
+#include "common/url_redact.h"
 
 extern char** environ;
 
@@ -127,6 +129,12 @@ const std::array kFields = {
     LG_FIELD("billing.key_budget", billing.key_budget),
     LG_FIELD("billing.team_budget", billing.team_budget),
     LG_FIELD("billing.idempotency_ttl_s", billing.idempotency_ttl_s),
+    LG_FIELD("billing.postgres_url", billing.postgres_url),
+    LG_FIELD("billing.postgres_drain_batch", billing.postgres_drain_batch),
+    LG_FIELD("billing.postgres_drain_interval_ms", billing.postgres_drain_interval_ms),
+    LG_FIELD("billing.postgres_retry_min_ms", billing.postgres_retry_min_ms),
+    LG_FIELD("billing.postgres_retry_max_ms", billing.postgres_retry_max_ms),
+    LG_FIELD("billing.postgres_shutdown_drain_ms", billing.postgres_shutdown_drain_ms),
 };
 #undef LG_FIELD
 
@@ -415,6 +423,27 @@ Status validateConfig(const Config& c) {
     return invalidArgument("billing.idempotency_ttl_s: expected 1..315360000 (10 years), got " +
                            std::to_string(c.billing.idempotency_ttl_s));
   }
+  if (!c.billing.postgres_url.empty()) {
+    // The message shows the URL with its password hidden, never the password.
+    const std::string& url = c.billing.postgres_url;
+    const bool is_url = url.starts_with("postgresql://") || url.starts_with("postgres://");
+    if (!is_url && url.find('=') == std::string::npos) {
+      return invalidArgument("billing.postgres_url: expected postgresql://... or libpq's key=value form, got " +
+                             quoteValue(redactUrlPassword(url)));
+    }
+  }
+  for (const auto& [name, value, lo, hi] :
+       {std::tuple{"postgres_drain_batch", c.billing.postgres_drain_batch, 1, 100000},
+        std::tuple{"postgres_drain_interval_ms", c.billing.postgres_drain_interval_ms, 10, 60000},
+        std::tuple{"postgres_retry_min_ms", c.billing.postgres_retry_min_ms, 10, 600000},
+        std::tuple{"postgres_retry_max_ms", c.billing.postgres_retry_max_ms, c.billing.postgres_retry_min_ms, 3600000},
+        std::tuple{"postgres_shutdown_drain_ms", c.billing.postgres_shutdown_drain_ms, 0, 600000}}) {
+    if (value < lo || value > hi) {
+      return invalidArgument(std::string("billing.") + name + ": expected " + std::to_string(lo) + ".." +
+                             std::to_string(hi) + (std::string_view(name) == "postgres_retry_max_ms" ?
+                             " (from billing.postgres_retry_min_ms)" : "") + ", got " + std::to_string(value));
+    }
+  }
   // A secret: the message gives its length, never its text.
   if (!c.server.metrics_token.empty() && (c.server.metrics_token.size() < 16 || c.server.metrics_token.size() > 4096)) {
     return invalidArgument("server.metrics_token: expected 16..4096 characters, got " +
@@ -614,6 +643,8 @@ std::string configToJson(const Config& config) {
   }
   if (!config.admin_key.empty()) out["admin_key"] = "(set)";  // a secret: never printed
   if (!config.server.metrics_token.empty()) out["server"]["metrics_token"] = "(set)";  // a secret too
+  // May hold a password: shown with it hidden.
+  if (!config.billing.postgres_url.empty()) out["billing"]["postgres_url"] = redactUrlPassword(config.billing.postgres_url);
   return out.dump(2);
 }
 

@@ -155,6 +155,15 @@ struct BillingOptions {
   // How long an Idempotency-Key stays spent (its replay kept); after that the
   // same key runs a new request. 24 hours, as at Stripe.
   int64_t idempotency_ttl_s = 24 * 3600;
+  // The ledger of record in PostgreSQL (docs/billing.md, "The outbox and its
+  // drain"): a libpq URL or key=value string; empty: the RocksDB ledger only,
+  // as always. A secret when it holds a password: never shown or logged whole.
+  std::string postgres_url;
+  int postgres_drain_batch = 1000;          // entries per PostgreSQL transaction
+  int postgres_drain_interval_ms = 200;     // wait after a batch that was not full
+  int postgres_retry_min_ms = 500;          // backoff after a failed drain, doubling ...
+  int postgres_retry_max_ms = 30000;        // ... up to this
+  int postgres_shutdown_drain_ms = 2000;    // the final drain at shutdown starts no batch after this
 };
 
 struct Config {

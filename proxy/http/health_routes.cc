@@ -11,8 +11,11 @@ void addHealthRoutes(Router& router, ReadinessCheck ready) {
   });
   router.add("GET", "/readyz", [headers, ready = std::move(ready)](const HttpRequest&, std::shared_ptr<Exchange> exchange) {
     const Readiness r = ready ? ready() : Readiness{false, "no readiness check"};
-    if (r.ready) return exchange->respond(200, headers, R"({"status":"ready"})");
-    const nlohmann::ordered_json body = {{"status", "not_ready"}, {"reason", r.reason}};
+    if (r.ready && r.details.empty()) return exchange->respond(200, headers, R"({"status":"ready"})");
+    nlohmann::ordered_json body = {{"status", r.ready ? "ready" : "not_ready"}};
+    if (!r.ready) body["reason"] = r.reason;
+    for (const auto& [name, state] : r.details) body[name] = state;
+    if (r.ready) return exchange->respond(200, headers, body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
     exchange->respond(503, headers, body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   });
 }

@@ -9,6 +9,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "proxy/http/router.h"
 
@@ -17,6 +19,9 @@ namespace lg::proxy {
 struct Readiness {
   bool ready = false;
   std::string reason;  // why not, when not ready
+  // Parts' states shown in the body either way ("ledger_drain": "retrying"),
+  // words only, no counts or internals; none: the body is just the status.
+  std::vector<std::pair<std::string, std::string>> details;
 };
 
 // Called on an I/O thread for every /readyz: quick and non-blocking (read an

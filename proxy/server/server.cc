@@ -2,6 +2,7 @@
 
 #include "billing/ledger_metrics.h"
 #include "billing/metering.h"
+#include "billing/postgres/ledger_drain.h"
 #include "billing/prompt_fingerprint.h"
 #include "cache/cache_config.h"
 #include "common/metrics.h"
@@ -54,6 +55,10 @@ struct Server::Parts {
   std::optional<billing::SystemPromptFingerprinter> fingerprints;
   std::unique_ptr<billing::Budgets> budgets;  // observes the ledger: opened after it, but must outlive it
   std::unique_ptr<billing::Ledger> ledger;
+  // billing.postgres_url: drains the ledger's outbox; goes before the ledger
+  // (what the ledger commits after the drain's final attempt stays in the
+  // outbox for the next start).
+  std::unique_ptr<billing::pg::LedgerDrain> drain;
   std::unique_ptr<billing::RateLimiter> rate_limiter;
   std::unique_ptr<billing::Metering> metering;
 
@@ -114,7 +119,21 @@ Status Server::Parts::openBilling() {
   billing::LedgerOptions ledger_options;
   ledger_options.metrics = &ledger_metrics;
   ledger_options.idempotency_ttl_s = config.billing.idempotency_ttl_s;
+  ledger_options.outbox = !config.billing.postgres_url.empty();
   LG_ASSIGN_OR_RETURN(ledger, billing::Ledger::open(*db, ledger_options));
+  if (ledger_options.outbox) {
+    // Its own thread migrates the schema and drains; PostgreSQL away at start
+    // (or later) delays the drain, never the server: the outbox holds.
+    billing::pg::DrainOptions drain_options;
+    drain_options.postgres.url = config.billing.postgres_url;
+    drain_options.postgres.statement_timeout_ms = 30'000;
+    drain_options.batch_size = static_cast<size_t>(config.billing.postgres_drain_batch);
+    drain_options.interval = std::chrono::milliseconds(config.billing.postgres_drain_interval_ms);
+    drain_options.retry_min = std::chrono::milliseconds(config.billing.postgres_retry_min_ms);
+    drain_options.retry_max = std::chrono::milliseconds(config.billing.postgres_retry_max_ms);
+    drain_options.shutdown_drain = std::chrono::milliseconds(config.billing.postgres_shutdown_drain_ms);
+    LG_ASSIGN_OR_RETURN(drain, billing::pg::LedgerDrain::start(*ledger, std::move(drain_options)));
+  }
   LG_ASSIGN_OR_RETURN(budgets, billing::Budgets::open(*db, *ledger, {config.billing.key_budget, config.billing.team_budget},
                                                       now_us / 1'000'000));
   billing::RateLimitOptions limits;
@@ -215,6 +234,7 @@ Status Server::Parts::build() {
   serving::addEngineCollectors(registry, *scheduler, engine.cache, memory);
   registry.add([this](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
+  if (drain) registry.add([this](metrics::ExpositionWriter& w) { drain->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { budgets->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { blocking_pool->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { dashboard->collect(w); });
@@ -248,7 +268,13 @@ void Server::Parts::addRoutes() {
   router.setBlockingPool(blocking_pool.get());
   router.setBodyLimits(static_cast<uint64_t>(config.server.max_body_bytes),
                        static_cast<uint64_t>(config.server.max_control_body_bytes));
-  addHealthRoutes(router, [] { return Readiness{true, ""}; });
+  // The drain's state is reported, never a reason to be unready: while
+  // PostgreSQL is away the outbox holds and every commit still succeeds.
+  addHealthRoutes(router, [this] {
+    Readiness r{true, ""};
+    if (drain) r.details.emplace_back("ledger_drain", std::string(billing::pg::drainStateName(drain->state())));
+    return r;
+  });
   gateway->addRoutes(router);
   keys_api->addRoutes(router);
   teams_api->addRoutes(router);

@@ -412,6 +412,41 @@ TEST(ConfigTest, IdempotencyKeysStaySpentForADayUnlessConfigured) {
   EXPECT_NE(bad.status().message().find("billing.idempotency_ttl_s"), std::string::npos) << bad.status().message();
 }
 
+// Issue 23: the ledger's PostgreSQL, off by default; its drain's settings
+// bounded; its password never shown.
+TEST(ConfigTest, PostgresUrlIsOptionalValidatedAndItsPasswordNeverShown) {
+  ConfigSources sources;
+  auto c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_TRUE(c->billing.postgres_url.empty());
+  EXPECT_EQ(c->billing.postgres_drain_batch, 1000);
+  EXPECT_EQ(c->billing.postgres_retry_max_ms, 30000);
+  EXPECT_EQ(configToJson(*c).find("postgres_url\": \"p"), std::string::npos);
+
+  sources.environment = {{"LATENTGATE_BILLING_POSTGRES_URL", "postgresql://lg:hunter2-secret@db:5432/ledger"},
+                         {"LATENTGATE_BILLING_POSTGRES_DRAIN_BATCH", "250"}};
+  c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->billing.postgres_url, "postgresql://lg:hunter2-secret@db:5432/ledger");
+  EXPECT_EQ(c->billing.postgres_drain_batch, 250);
+  const std::string shown = configToJson(*c);
+  EXPECT_EQ(shown.find("hunter2-secret"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("postgresql://lg:***@db:5432/ledger"), std::string::npos) << shown;
+
+  sources.environment = {{"LATENTGATE_BILLING_POSTGRES_URL", "hunter2-secret"}};
+  auto bad = loadConfig(sources);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("billing.postgres_url"), std::string::npos) << bad.status().message();
+  for (const auto& [name, value] : {std::pair{"LATENTGATE_BILLING_POSTGRES_DRAIN_BATCH", "0"},
+                                    std::pair{"LATENTGATE_BILLING_POSTGRES_DRAIN_INTERVAL_MS", "5"},
+                                    std::pair{"LATENTGATE_BILLING_POSTGRES_RETRY_MAX_MS", "100"},
+                                    std::pair{"LATENTGATE_BILLING_POSTGRES_SHUTDOWN_DRAIN_MS", "-1"}}) {
+    sources.environment = {{name, value}};
+    bad = loadConfig(sources);
+    EXPECT_FALSE(bad.isOk()) << name;
+  }
+}
+
 // Issue 21, items 7-9: the limits' defaults, a size with a suffix, and each
 // bad value a clear start error naming its field.
 TEST(ConfigTest, StorageBlockingPoolAndSignInLimitsAreValidated) {
