@@ -21,7 +21,7 @@ struct Readiness {
   std::string reason;  // why not, when not ready
   // Parts' states shown in the body either way ("ledger_drain": "retrying"),
   // words only, no counts or internals; none: the body is just the status.
-  std::vector<std::pair<std::string, std::string>> details;
+  std::vector<std::pair<std::string, std::string>> details = {};
 };
 
 // Called on an I/O thread for every /readyz: quick and non-blocking (read an
