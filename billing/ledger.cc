@@ -684,7 +684,7 @@ Status Ledger::scanEntries(int64_t from_us, int64_t to_us, const std::function<b
   return bad;
 }
 
-Result<std::vector<UsageRow>> Ledger::usage(const UsageQuery& q) const {
+Result<UsageScan> usageScan(const UsageQuery& q) {
   GroupBy dim = q.group_by;
   if (!q.key_id.empty()) {
     if (dim != GroupBy::kNone && dim != GroupBy::kKey) return invalidArgument("usage by key can be grouped by key only");
@@ -693,8 +693,14 @@ Result<std::vector<UsageRow>> Ledger::usage(const UsageQuery& q) const {
     return invalidArgument("usage by model cannot be limited to a team");
   }
   if (dim == GroupBy::kNone) dim = GroupBy::kTeam;  // every entry is in exactly one team row
-  const int64_t from_hour = std::max<int64_t>(q.from_s, 0) / 3600;
-  const int64_t to_hour = (std::max<int64_t>(q.to_s, 0) + 3599) / 3600;
+  return UsageScan{dim, std::max<int64_t>(q.from_s, 0) / 3600, (std::max<int64_t>(q.to_s, 0) + 3599) / 3600};
+}
+
+Result<std::vector<UsageRow>> Ledger::usage(const UsageQuery& q) const {
+  LG_ASSIGN_OR_RETURN(const UsageScan scan, usageScan(q));
+  const GroupBy dim = scan.dimension;
+  const int64_t from_hour = scan.from_hour;
+  const int64_t to_hour = scan.to_hour;
   const std::string prefix = std::string(kAggPrefix) + std::string(dimensionName(dim)) + "/";
   std::map<std::tuple<std::string, std::string, int64_t>, Counters> rows;
   Status bad;

@@ -171,6 +171,17 @@ struct UsageQuery {
   std::string team;            // only this team (group_by none, key, team or system_prompt)
 };
 
+// What a usage query reads, the same in every store of the ledger (this one
+// and PostgreSQL's): the dimension (a key filter reads the key rows; no
+// grouping reads the team rows, every entry being in exactly one) and the
+// hours [from_hour, to_hour). Refuses the combinations no dimension answers.
+struct UsageScan {
+  GroupBy dimension = GroupBy::kTeam;
+  int64_t from_hour = 0;
+  int64_t to_hour = 0;
+};
+Result<UsageScan> usageScan(const UsageQuery& q);
+
 struct UsageRow {
   std::string group;          // the key id, team, model or fingerprint ("" for none); empty with kNone
   std::string team;           // for keys and system prompts

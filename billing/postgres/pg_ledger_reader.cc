@@ -126,18 +126,12 @@ Result<int64_t> PgLedgerReader::entryCount() {
 }
 
 Result<std::vector<UsageRow>> PgLedgerReader::usage(const UsageQuery& q) {
-  // The same choices as Ledger::usage (billing/ledger.cc), row for row.
-  GroupBy dim = q.group_by;
-  if (!q.key_id.empty()) {
-    if (dim != GroupBy::kNone && dim != GroupBy::kKey) return invalidArgument("usage by key can be grouped by key only");
-    dim = GroupBy::kKey;
-  } else if (!q.team.empty() && dim == GroupBy::kModel) {
-    return invalidArgument("usage by model cannot be limited to a team");
-  }
+  // The same rows as Ledger::usage (billing/ledger.cc): the same scan.
+  LG_ASSIGN_OR_RETURN(const UsageScan scan, usageScan(q));
   if (q.granularity_s < 0) return invalidArgument("granularity must be >= 0");
-  if (dim == GroupBy::kNone) dim = GroupBy::kTeam;  // every entry is in exactly one team row
-  const int64_t from_hour = std::max<int64_t>(q.from_s, 0) / 3600;
-  const int64_t to_hour = (std::max<int64_t>(q.to_s, 0) + 3599) / 3600;
+  const GroupBy dim = scan.dimension;
+  const int64_t from_hour = scan.from_hour;
+  const int64_t to_hour = scan.to_hour;
   const bool grouped = q.group_by != GroupBy::kNone;
   // group, team, period: as the RocksDB ledger names them.
   const std::string group_expr = grouped ? "value" : "''::text";
