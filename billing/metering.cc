@@ -128,7 +128,7 @@ bool MeteredRequest::choiceEnded(size_t index, ChoiceResult result) {
   std::lock_guard lock(mu_);
   // A choice reports once; an index out of range is the caller's bug and
   // would mis-bill, so it stops the process in release builds too.
-  LG_CHECK(index < choices_.size() && !ended_[index]);
+  LG_CHECK(index < choices_.size() && !ended_[index], "choice ", index, " of ", choices_.size(), " ended again");
   ended_[index] = true;
   choices_[index] = std::move(result);
   ++ended_count_;
@@ -152,7 +152,7 @@ void MeteredRequest::abandon() {
   BudgetReservation held;
   {
     std::lock_guard lock(mu_);
-    LG_CHECK(!committed_);
+    LG_CHECK(!committed_, "a metered request abandoned after its commit");
     committed_ = true;
     held = std::move(reservation_);
   }
@@ -218,7 +218,7 @@ void MeteredRequest::commit(std::string_view final_body, std::string content_typ
   auto reservation = std::make_shared<BudgetReservation>();
   {
     std::lock_guard lock(mu_);
-    LG_CHECK(!committed_);
+    LG_CHECK(!committed_, "a metered request committed twice");
     committed_ = true;
     *reservation = std::move(reservation_);
     e = entryLocked();
