@@ -318,8 +318,17 @@ void Ledger::commit(LedgerEntry entry, std::optional<IdempotencyCommit> idempote
   {
     std::lock_guard lock(mu_);
     queue_.push_back(Pending{std::move(entry), std::move(idempotency), std::move(done), std::chrono::steady_clock::now()});
+    ++queued_;
   }
   cv_.notify_one();
+}
+
+void Ledger::flush() {
+  std::unique_lock lock(mu_);
+  // Commits are taken in queue order, so those queued before now are the
+  // first `target` to finish.
+  const uint64_t target = queued_;
+  flushed_cv_.wait(lock, [&] { return finished_ >= target; });
 }
 
 void Ledger::run() {
@@ -341,6 +350,8 @@ void Ledger::run() {
       lock.unlock();
       commitBatch(batch);
       lock.lock();
+      finished_ += batch.size();
+      flushed_cv_.notify_all();
     }
     if (!stopping_ && std::chrono::steady_clock::now() >= next_sweep) {
       // Between batches, so a backlog of expired records never holds up a

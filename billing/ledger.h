@@ -234,7 +234,41 @@ class CommitObserver {
   virtual void committed(const LedgerEntry& entry) = 0;
 };
 
-class Ledger {
+// What the usage API, the ledger routes and the dashboard read of the
+// ledger, whichever store answers: this replica's RocksDB ledger (Ledger,
+// below) or, with billing.postgres_url, the ledger of record in PostgreSQL
+// that every replica drains into (billing/postgres/pg_ledger_reader.h), so
+// that every replica shows the same numbers. The server picks one at start
+// (proxy/server/server.cc); its readers depend on this interface only.
+//
+// Both give the same answers for the same entries: the same usage rows in
+// the same order (usageScan is their one rule), entries in the same order
+// (start time, then request id byte by byte). A store that cannot be reached
+// fails with Unavailable (the routes answer 503).
+//
+// Thread-safety: every method may be called from any thread.
+class LedgerReads {
+ public:
+  virtual ~LedgerReads() = default;
+
+  // "rocksdb" or "postgresql": where the answers come from (shown by verify).
+  virtual std::string_view source() const = 0;
+  virtual Result<std::optional<LedgerEntry>> find(const std::string& request_id) const = 0;
+  // Entries with start_us in [from_us, to_us), in start order (then request
+  // id), until fn returns false.
+  virtual Status scanEntries(int64_t from_us, int64_t to_us, const std::function<bool(const LedgerEntry&)>& fn) const = 0;
+  // The newest entries with start_us in [from_us, to_us), newest first: at
+  // most `limit`, only `team`'s when it is not empty. A store that must scan
+  // to filter by team reads at most `max_examined` entries (Ledger's bounded
+  // reverse scan); one with an index by team needs no bound.
+  virtual Result<std::vector<LedgerEntry>> recentEntries(size_t limit, std::string_view team, int64_t from_us,
+                                                         int64_t to_us, size_t max_examined) const = 0;
+  virtual Result<std::vector<UsageRow>> usage(const UsageQuery& query) const = 0;
+  // Recomputes the counters (rollups) from the entries and compares.
+  virtual Result<VerifyReport> verify() const = 0;
+};
+
+class Ledger final : public LedgerReads {
  public:
   using Callback = std::function<void(Status)>;
 
@@ -269,18 +303,22 @@ class Ledger {
   // calls it; it is public for tests and serialized with the commits.
   Result<size_t> expireIdempotencyRecords(size_t max_records);
 
-  Result<std::optional<LedgerEntry>> find(const std::string& request_id) const;
-  // Entries with start_us in [from_us, to_us), in start order, until fn returns false.
-  Status scanEntries(int64_t from_us, int64_t to_us, const std::function<bool(const LedgerEntry&)>& fn) const;
-  // The newest entries with start_us in [from_us, to_us), newest first: at
-  // most `limit`, only `team`'s when it is not empty, having read at most
-  // `max_examined` entries (a bounded reverse scan: a team whose requests are
-  // rare among the newest `max_examined` gets fewer than `limit`).
+  // Returns once every commit queued before the call is written (or failed)
+  // and its callback has run: what a shutdown waits for before the outbox's
+  // final drain. Must not be called from a commit callback.
+  void flush();
+
+  // LedgerReads, from this replica's RocksDB store.
+  std::string_view source() const override { return "rocksdb"; }
+  Result<std::optional<LedgerEntry>> find(const std::string& request_id) const override;
+  Status scanEntries(int64_t from_us, int64_t to_us, const std::function<bool(const LedgerEntry&)>& fn) const override;
+  // A bounded reverse scan: a team whose requests are rare among the newest
+  // `max_examined` entries gets fewer than `limit`.
   Result<std::vector<LedgerEntry>> recentEntries(size_t limit, std::string_view team, int64_t from_us, int64_t to_us,
-                                                 size_t max_examined = 10'000) const;
-  Result<std::vector<UsageRow>> usage(const UsageQuery& query) const;
+                                                 size_t max_examined = 10'000) const override;
+  Result<std::vector<UsageRow>> usage(const UsageQuery& query) const override;
   // Recomputes every counter from the entries and compares with the store.
-  Result<VerifyReport> verify() const;
+  Result<VerifyReport> verify() const override;
 
   LedgerStats stats() const;
   const LedgerOptions& options() const { return options_; }
@@ -327,6 +365,10 @@ class Ledger {
   std::condition_variable cv_;
   std::deque<Pending> queue_;  // guarded by mu_
   bool stopping_ = false;      // guarded by mu_
+  // Commits queued and finished (callbacks run) since open, for flush().
+  uint64_t queued_ = 0;        // guarded by mu_
+  uint64_t finished_ = 0;      // guarded by mu_
+  std::condition_variable flushed_cv_;
 
   // Serializes the batches with expireIdempotencyRecords(), so a sweep never
   // deletes a record that a batch is replacing.

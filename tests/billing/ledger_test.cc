@@ -327,6 +327,26 @@ TEST(LedgerTest, DestructionCommitsWhatIsQueued) {
   EXPECT_EQ((*ledger)->verify()->entries, 500u);
 }
 
+// What a shutdown relies on before the outbox's final drain: flush()
+// returns only once every commit queued before it is written and its
+// callback ran, failed ones too (a request id used twice).
+TEST(LedgerTest, FlushWaitsForEveryCommitQueuedBeforeIt) {
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk());
+  auto ledger = Ledger::open(**db);
+  ASSERT_TRUE(ledger.isOk());
+  (*ledger)->flush();  // nothing queued: returns at once
+  std::atomic<int> ok{0}, failed{0};
+  for (int i = 0; i < 300; ++i) {
+    (*ledger)->commit(makeEntry(i % 250), std::nullopt, [&](Status s) { ++(s.isOk() ? ok : failed); });
+  }
+  (*ledger)->flush();
+  EXPECT_EQ(ok.load(), 250);
+  EXPECT_EQ(failed.load(), 50);
+  EXPECT_EQ((*ledger)->verify()->entries, 250u);
+}
+
 TEST(LedgerTest, IdempotencyKeysAreClaimedOnceAndRemembered) {
   test::TempDir dir;
   auto db = BillingDb::open(dir.file("billing"));
