@@ -47,7 +47,11 @@ Result<std::unique_ptr<LedgerDrain>> LedgerDrain::start(Ledger& ledger, DrainOpt
   return drain;
 }
 
-LedgerDrain::~LedgerDrain() {
+LedgerDrain::~LedgerDrain() { stop(); }
+
+void LedgerDrain::stop() {
+  if (stopped_) return;
+  stopped_ = true;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;

@@ -19,10 +19,12 @@
 //
 // Nothing here runs on the committer, the engine or an I/O thread: the
 // committer only writes markers, and the drain reads them on its own thread.
-// The destructor stops the loop, then makes one final drain attempt that
-// starts no batch after `shutdown_drain` has passed (a batch under way is
-// bounded by the connect and statement timeouts); what is left stays in the
-// outbox for the next start.
+// stop() (or the destructor) stops the loop, then makes one final drain
+// attempt that starts no batch after `shutdown_drain` has passed (a batch
+// under way is bounded by the connect and statement timeouts); what is left
+// stays in the outbox for the next start. A server flushes the ledger's
+// pending commits (Ledger::flush) before it, so that the final attempt sees
+// every entry a client was told is complete.
 //
 // Secrets: the URL's password never reaches a log line (common/url_redact.h).
 //
@@ -81,7 +83,10 @@ class LedgerDrain {
   // Starts the thread; it migrates before its first batch. Fails only for
   // options out of range (validated in config/ before this).
   static Result<std::unique_ptr<LedgerDrain>> start(Ledger& ledger, DrainOptions options);
-  // Stops the loop, then one final drain attempt bounded by shutdown_drain.
+  // Stops the loop, then one final drain attempt bounded by shutdown_drain;
+  // the state is then kStopped. Idempotent; one thread at a time.
+  void stop();
+  // stop().
   ~LedgerDrain();
   LedgerDrain(const LedgerDrain&) = delete;
   LedgerDrain& operator=(const LedgerDrain&) = delete;
@@ -107,7 +112,7 @@ class LedgerDrain {
 
   Ledger& ledger_;
   const DrainOptions options_;
-  std::unique_ptr<PgLedgerWriter> writer_;  // used by the drain thread alone (and by the destructor after join)
+  std::unique_ptr<PgLedgerWriter> writer_;  // used by the drain thread alone (and by stop() after the join)
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -118,7 +123,8 @@ class LedgerDrain {
   std::atomic<uint64_t> drained_{0}, duplicates_{0}, batches_{0}, failures_{0}, rejected_{0};
   std::atomic<int64_t> last_success_us_{0};
   std::atomic<int64_t> oldest_waiting_commit_us_{0};  // of the last batch read; 0: the outbox was empty
-  bool migrated_ = false;        // drain thread only
+  bool migrated_ = false;        // drain thread only (and stop() after the join)
+  bool stopped_ = false;         // stop()'s caller only
   bool logged_failure_ = false;  // drain thread only: one warning per outage, one line at recovery
 
   std::thread thread_;

@@ -72,16 +72,31 @@ Session::~Session() = default;
 
 Status Session::run(std::string_view context, const std::function<void(pqxx::connection&)>& fn) {
   const int attempts = std::max(options_.max_attempts, 1);
+  bool reconnected = false;
   for (int attempt = 1;; ++attempt) {
+    bool reused = false;
     try {
       if (conn_ == nullptr || !conn_->is_open()) {
         conn_.reset();
         conn_ = std::make_unique<pqxx::connection>(conninfo_);
+      } else {
+        reused = true;
       }
       fn(*conn_);
       return Status::ok();
     } catch (const std::exception& e) {
       const Status status = statusOf(e, context);
+      // A connection PostgreSQL closed while it sat idle (a restart, an idle
+      // timeout) fails on its next use: once more on a new one, or the first
+      // read after every outage would fail. Safe for every caller here
+      // (reads, and idempotent batches); an in-doubt commit is a distinct
+      // error, left to the caller.
+      if (reused && !reconnected && dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) {
+        conn_.reset();
+        reconnected = true;
+        --attempt;
+        continue;
+      }
       const bool retry = retryableAtOnce(e);
       if (retry && attempt < attempts) continue;
       // A statement's own error or an aborted transaction leaves the

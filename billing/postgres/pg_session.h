@@ -35,8 +35,9 @@ class Session {
   ~Session();
 
   // Runs fn on the connection (connecting first when there is none); any
-  // exception becomes a Status, and a broken connection is dropped.
-  // Deadlocks and serialization failures are retried up to max_attempts.
+  // exception becomes a Status, and a broken connection is dropped. A kept
+  // connection found broken is replaced and fn run once more; deadlocks and
+  // serialization failures are retried up to max_attempts.
   Status run(std::string_view context, const std::function<void(pqxx::connection&)>& fn);
 
   const PostgresOptions& options() const { return options_; }
