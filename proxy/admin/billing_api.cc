@@ -49,9 +49,9 @@ json versionJson(const billing::PriceVersion& v) {
 
 }  // namespace
 
-BillingApi::BillingApi(billing::Ledger& ledger, billing::PriceBook& prices, const billing::KeyStore& keys,
-                       const Admission& admission, const billing::BudgetView* budgets)
-    : ledger_(ledger), prices_(prices), keys_(keys), admission_(admission), budgets_(budgets) {}
+BillingApi::BillingApi(const billing::LedgerReads& reads, const billing::Ledger& local, billing::PriceBook& prices,
+                       const billing::KeyStore& keys, const Admission& admission, const billing::BudgetView* budgets)
+    : reads_(reads), local_(local), prices_(prices), keys_(keys), admission_(admission), budgets_(budgets) {}
 
 void BillingApi::addRoutes(Router& router) const {
   auto admin = [this](void (BillingApi::*method)(const HttpRequest&, std::shared_ptr<Exchange>) const) {
@@ -155,13 +155,12 @@ void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exc
   if (auto e = parseUsageRange(q, query)) return respondWithApiError(*exchange, *e);
   if (auto it = q.find("key_id"); it != q.end()) query.key_id = it->second;
   if (auto it = q.find("team"); it != q.end()) query.team = it->second;
-  auto rows = ledger_.usage(query);
+  auto rows = reads_.usage(query);
   if (!rows.isOk()) {
     if (rows.status().code() == StatusCode::kInvalidArgument) {
       return respondWithApiError(*exchange, badParam("group_by", rows.status().message()));
     }
-    proxyLog()->error("usage query failed: {}", rows.status().toString());
-    return respondWithApiError(*exchange, openai::internalError());
+    return respondWithApiError(*exchange, ledgerReadError(reads_, rows.status(), "usage query"));
   }
   KeyNames key_names;
   if (query.group_by == billing::GroupBy::kKey) {
@@ -207,11 +206,8 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
   const auto q = parseQuery(request.query);
   json data = json::array();
   if (auto it = q.find("request_id"); it != q.end()) {
-    auto found = ledger_.find(it->second);
-    if (!found.isOk()) {
-      proxyLog()->error("ledger lookup failed: {}", found.status().toString());
-      return respondWithApiError(*exchange, openai::internalError());
-    }
+    auto found = reads_.find(it->second);
+    if (!found.isOk()) return respondWithApiError(*exchange, ledgerReadError(reads_, found.status(), "ledger lookup"));
     if (*found) data.push_back(ledgerEntryJson(**found));
     return exchange->respond(200, jsonHeaders(), openai::jsonText(json{{"object", "list"}, {"data", data}, {"has_more", false}}));
   }
@@ -245,7 +241,7 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
   std::map<std::string, billing::TeamInfo> teams;
   for (billing::TeamInfo& t : keys_.teams()) teams.emplace(t.id, std::move(t));
   const int64_t from_us = std::max(range.from_s * kUsPerS, after_us);
-  Status s = ledger_.scanEntries(from_us, range.to_s * kUsPerS, [&](const billing::LedgerEntry& e) {
+  Status s = reads_.scanEntries(from_us, range.to_s * kUsPerS, [&](const billing::LedgerEntry& e) {
     if (e.start_us == after_us && e.request_id <= after_id) return true;
     if ((!key_id.empty() && e.key_id != key_id) || (!team.empty() && e.team != team) || (status && e.status != *status)) {
       return true;
@@ -263,37 +259,36 @@ void BillingApi::ledgerEntries(const HttpRequest& request, std::shared_ptr<Excha
     next = std::to_string(e.start_us) + "/" + e.request_id;
     return true;
   });
-  if (!s.isOk()) {
-    proxyLog()->error("ledger scan failed: {}", s.toString());
-    return respondWithApiError(*exchange, openai::internalError());
-  }
+  if (!s.isOk()) return respondWithApiError(*exchange, ledgerReadError(reads_, s, "ledger scan"));
   json out{{"object", "list"}, {"data", std::move(data)}, {"has_more", more}};
   if (more) out["next"] = next;
   exchange->respond(200, jsonHeaders(), openai::jsonText(out));
 }
 
 void BillingApi::verify(const HttpRequest&, std::shared_ptr<Exchange> exchange) const {
-  auto report = ledger_.verify();
-  if (!report.isOk()) {
-    proxyLog()->error("ledger verification failed: {}", report.status().toString());
-    return respondWithApiError(*exchange, openai::internalError());
-  }
+  auto report = reads_.verify();
+  if (!report.isOk()) return respondWithApiError(*exchange, ledgerReadError(reads_, report.status(), "ledger verification"));
   exchange->respond(200, jsonHeaders(),
                     openai::jsonText(json{{"ok", report->ok()},
+                                {"source", reads_.source()},
                                 {"entries", report->entries},
                                 {"aggregate_keys", report->aggregate_keys},
                                 {"mismatches", report->mismatches}}));
 }
 
 void BillingApi::stats(const HttpRequest&, std::shared_ptr<Exchange> exchange) const {
-  const billing::LedgerStats st = ledger_.stats();
+  // This replica's group commit, whatever answers the reads: each replica
+  // commits locally first.
+  const billing::LedgerStats st = local_.stats();
   const auto hist = [](const Histogram& h) {
     return json{{"count", h.count}, {"mean", h.count ? h.sum / static_cast<double>(h.count) : 0.0},
                 {"p50", h.quantile(0.5)}, {"p90", h.quantile(0.9)}, {"p99", h.quantile(0.99)}, {"max", h.max}};
   };
-  exchange->respond(200, jsonHeaders(),
-                    openai::jsonText(json{{"entries", st.entries}, {"batches", st.batches}, {"failed", st.failed},
-                                {"commit_ms", hist(st.commit_ms)}, {"batch_size", hist(st.batch_size)}}));
+  json out{{"entries", st.entries}, {"batches", st.batches}, {"failed", st.failed},
+           {"commit_ms", hist(st.commit_ms)}, {"batch_size", hist(st.batch_size)}};
+  // With PostgreSQL: what this replica committed that is not there yet.
+  if (local_.options().outbox) out["outbox_entries"] = local_.outboxDepth();
+  exchange->respond(200, jsonHeaders(), openai::jsonText(out));
 }
 
 // -------------------------------------------------------- a key's own usage
@@ -333,11 +328,8 @@ void BillingApi::keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> 
   billing::UsageQuery query;
   if (auto e = parseUsageRange(q, query)) return respondWithApiError(*exchange, *e);
   query.key_id = who->key_id;
-  auto rows = ledger_.usage(query);
-  if (!rows.isOk()) {
-    proxyLog()->error("usage query failed: {}", rows.status().toString());
-    return respondWithApiError(*exchange, openai::internalError());
-  }
+  auto rows = reads_.usage(query);
+  if (!rows.isOk()) return respondWithApiError(*exchange, ledgerReadError(reads_, rows.status(), "usage query"));
   billing::Counters totals{};
   json data = json::array();
   for (const billing::UsageRow& r : *rows) {

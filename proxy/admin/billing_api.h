@@ -13,11 +13,16 @@
 //   GET  /v1/usage             its usage (?from=&to=&granularity=) and its budget (null without one)
 //   GET  /user/balance         DeepSeek's shape
 //
-// Queries read RocksDB (point reads and range scans of the hourly counters:
-// hours x groups rows; /admin/ledger and /admin/ledger/verify scan entries
-// and are for operators, not hot paths), and PUT /admin/pricing waits for its
-// fsync, so those routes run on the blocking pool (blocking_pool.h), not on
-// an I/O thread.
+// Usage, entries and verify read billing::LedgerReads (billing/ledger.h):
+// this replica's RocksDB ledger, or with billing.postgres_url the ledger of
+// record in PostgreSQL, so that every replica answers the same (entries
+// reach it after the drain: docs/billing.md); PostgreSQL away is a 503
+// (ledgerReadError). /admin/ledger/stats is this replica's group commit,
+// read from its own ledger. Queries are point reads and range scans of the
+// hourly counters (hours x groups rows; /admin/ledger and
+// /admin/ledger/verify scan entries and are for operators, not hot paths),
+// and PUT /admin/pricing waits for its fsync, so those routes run on the
+// blocking pool (blocking_pool.h), not on an I/O thread.
 //
 // Every route is registered through admission (proxy/gateway/admission.h):
 // the admin key for /admin/, an API key for its own usage.
@@ -41,10 +46,12 @@ namespace lg::proxy {
 
 class BillingApi {
  public:
-  // Everything must outlive the server. `budgets` null: none (the seam for
+  // Everything must outlive the server. `reads` answers usage, entries and
+  // verify; `local` is this replica's ledger, for its commit figures. The
+  // same object without PostgreSQL. `budgets` null: none (the seam for
   // budgets, billing/budget_view.h).
-  BillingApi(billing::Ledger& ledger, billing::PriceBook& prices, const billing::KeyStore& keys,
-             const Admission& admission, const billing::BudgetView* budgets = nullptr);
+  BillingApi(const billing::LedgerReads& reads, const billing::Ledger& local, billing::PriceBook& prices,
+             const billing::KeyStore& keys, const Admission& admission, const billing::BudgetView* budgets = nullptr);
 
   void addRoutes(Router& router) const;
   // GET /v1/usage and /user/balance: at most `per_minute` a minute per API
@@ -67,7 +74,8 @@ class BillingApi {
   void keyUsage(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
   void balance(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
 
-  billing::Ledger& ledger_;
+  const billing::LedgerReads& reads_;
+  const billing::Ledger& local_;  // /admin/ledger/stats only
   billing::PriceBook& prices_;
   const billing::KeyStore& keys_;  // names the keys in ledger entries
   const Admission& admission_;

@@ -8,6 +8,7 @@
 #include "billing/prices.h"
 #include "common/unix_time.h"
 #include "proxy/http/http_message.h"
+#include "proxy/http/proxy_log.h"
 #include "proxy/openai/api_error.h"
 
 namespace lg::proxy {
@@ -207,6 +208,25 @@ std::optional<int64_t> parseIntParam(std::string_view text) {
 
 ApiError badParam(std::string param, std::string message) {
   return openai::invalidRequest(std::move(param), "invalid_value", std::move(message));
+}
+
+ApiError ledgerReadError(const billing::LedgerReads& reads, const Status& status, std::string_view what) {
+  // The RocksDB store reports its I/O errors as Unavailable too: those stay
+  // the 500 they always were.
+  if (status.code() != StatusCode::kUnavailable || reads.source() != "postgresql") {
+    proxyLog()->error("{} failed ({}): {}", what, reads.source(), status.toString());
+    return openai::internalError();
+  }
+  // An outage the drain reports too: each refused read at warning level.
+  proxyLog()->warn("{} failed ({}): {}", what, reads.source(), status.toString());
+  ApiError e;
+  e.http_status = 503;
+  e.type = "server_error";
+  e.code = "ledger_unavailable";
+  e.message = "Usage and ledger reads come from the ledger of record (PostgreSQL), which cannot be reached now. "
+              "Requests are still served and billed; retry later.";
+  e.retry_after_s = 5;
+  return e;
 }
 
 }  // namespace lg::proxy

@@ -93,4 +93,13 @@ std::optional<int64_t> parseIntParam(std::string_view text);
 // The 400 for a bad query or body parameter: invalid_value, naming it.
 ApiError badParam(std::string param, std::string message);
 
+// The answer to a usage or ledger read that failed, which it logs with
+// `what` and the store's message: 503 server_error `ledger_unavailable`,
+// with Retry-After, when the reads come from PostgreSQL and it cannot be
+// reached (requests are still served and billed; each replica's outbox keeps
+// its entries until PostgreSQL is back), 500 for anything else. A replica
+// never answers with its own numbers instead: they would differ from the
+// other replicas' without saying so.
+ApiError ledgerReadError(const billing::LedgerReads& reads, const Status& status, std::string_view what);
+
 }  // namespace lg::proxy

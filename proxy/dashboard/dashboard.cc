@@ -136,7 +136,7 @@ size_t dropOtherTeams(std::vector<billing::ApiKeyInfo>& keys, std::string_view t
   return dropOthers(keys, team, what, [](const billing::ApiKeyInfo& k) -> const std::string& { return k.team; });
 }
 
-Dashboard::Dashboard(billing::Ledger& ledger, const billing::KeyStore& keys, const Admission& admission,
+Dashboard::Dashboard(const billing::LedgerReads& ledger, const billing::KeyStore& keys, const Admission& admission,
                      const billing::BudgetView* budgets, const billing::RateLimiter* rate_limiter,
                      DashboardMemorySources memory, DashboardOptions options)
     : ledger_(ledger),
@@ -408,10 +408,7 @@ void Dashboard::overview(const HttpRequest& request, std::shared_ptr<Exchange> e
     return respondError(*exchange, openai::invalidRequest("range", "invalid_value", "`range` must be 24h, 7d or 30d."));
   }
   auto body = overviewJson(*viewer, range, from_s, to_s, granularity_s);
-  if (!body.isOk()) {
-    proxyLog()->error("dashboard: overview failed: {}", body.status().toString());
-    return respondError(*exchange, openai::internalError());
-  }
+  if (!body.isOk()) return respondError(*exchange, ledgerReadError(ledger_, body.status(), "dashboard: overview"));
   exchange->respond(200, dashboardHeaders("application/json"), std::move(body).value());
 }
 

@@ -11,8 +11,10 @@
 // The admin sees every team and key, the memory picture and the teams'
 // table; a team's key sees its own team (every key of it, the team lead's
 // view) and nothing of any other team. The numbers come from the ledger's
-// counters through the same queries and the same JSON (usage_json.h) as
-// /admin/usage, so the page shows the usage API's strings.
+// counters through the same queries, the same store (billing::LedgerReads:
+// PostgreSQL's with billing.postgres_url, so every replica shows the same)
+// and the same JSON (usage_json.h) as /admin/usage, so the page shows the
+// usage API's strings; PostgreSQL away is the usage API's 503.
 //
 // Every response carries a Content-Security-Policy without inline script or
 // style, nosniff, no referrer, no framing and Cache-Control: no-store. The
@@ -20,9 +22,9 @@
 // random token (dashboard_sessions.h).
 //
 // Thread-safety: routes may run on every thread at once. The overview reads
-// RocksDB (hours x groups counters, and a reverse scan of at most
-// `recent_max_examined` entries), so it runs on the blocking pool
-// (blocking_pool.h), not on an I/O thread.
+// the ledger (hours x groups counters, and the newest entries: in RocksDB a
+// reverse scan of at most `recent_max_examined`), so it runs on the blocking
+// pool (blocking_pool.h), not on an I/O thread.
 #pragma once
 
 #include <atomic>
@@ -74,7 +76,7 @@ class Dashboard {
  public:
   // Everything must outlive the server. `budgets` null: none ("no budget");
   // `rate_limiter` null: no limits shown.
-  Dashboard(billing::Ledger& ledger, const billing::KeyStore& keys, const Admission& admission,
+  Dashboard(const billing::LedgerReads& ledger, const billing::KeyStore& keys, const Admission& admission,
             const billing::BudgetView* budgets, const billing::RateLimiter* rate_limiter,
             DashboardMemorySources memory, DashboardOptions options = {});
 
@@ -108,7 +110,7 @@ class Dashboard {
   void signOut(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
   void overview(const HttpRequest& request, std::shared_ptr<Exchange> exchange);
 
-  billing::Ledger& ledger_;
+  const billing::LedgerReads& ledger_;
   const billing::KeyStore& keys_;  // the keys a team's overview lists; revoked keys end their sessions
   const Admission& admission_;
   const billing::BudgetView* const budgets_;

@@ -3,6 +3,7 @@
 #include "billing/ledger_metrics.h"
 #include "billing/metering.h"
 #include "billing/postgres/ledger_drain.h"
+#include "billing/postgres/pg_ledger_reader.h"
 #include "billing/prompt_fingerprint.h"
 #include "cache/cache_config.h"
 #include "common/metrics.h"
@@ -59,6 +60,11 @@ struct Server::Parts {
   // (what the ledger commits after the drain's final attempt stays in the
   // outbox for the next start).
   std::unique_ptr<billing::pg::LedgerDrain> drain;
+  // What the usage API, the ledger routes and the dashboard read: the ledger
+  // of record in PostgreSQL when billing.postgres_url is set (every replica
+  // shows the same numbers), else this ledger. Chosen once, here.
+  std::unique_ptr<billing::pg::PgLedgerReader> pg_reads;
+  const billing::LedgerReads* reads = nullptr;
   std::unique_ptr<billing::RateLimiter> rate_limiter;
   std::unique_ptr<billing::Metering> metering;
 
@@ -121,12 +127,17 @@ Status Server::Parts::openBilling() {
   ledger_options.idempotency_ttl_s = config.billing.idempotency_ttl_s;
   ledger_options.outbox = !config.billing.postgres_url.empty();
   LG_ASSIGN_OR_RETURN(ledger, billing::Ledger::open(*db, ledger_options));
+  reads = ledger.get();
   if (ledger_options.outbox) {
     // Its own thread migrates the schema and drains; PostgreSQL away at start
     // (or later) delays the drain, never the server: the outbox holds.
     billing::pg::DrainOptions drain_options;
     drain_options.postgres.url = config.billing.postgres_url;
     drain_options.postgres.statement_timeout_ms = 30'000;
+    // Reads connect on first use; until the drain migrated the schema they
+    // fail (a 503), as they do while PostgreSQL is away.
+    pg_reads = std::make_unique<billing::pg::PgLedgerReader>(drain_options.postgres);
+    reads = pg_reads.get();
     drain_options.batch_size = static_cast<size_t>(config.billing.postgres_drain_batch);
     drain_options.interval = std::chrono::milliseconds(config.billing.postgres_drain_interval_ms);
     drain_options.retry_min = std::chrono::milliseconds(config.billing.postgres_retry_min_ms);
@@ -204,7 +215,7 @@ Status Server::Parts::build() {
   teams_options.drop_sessions = [this](const std::string& team) { return dashboard->sessions().removeTeam(team); };
   teams_api = std::make_unique<TeamsApi>(std::move(teams_options), *keys, *admission, *generation, engine.cache,
                                          responses.get());
-  billing_api = std::make_unique<BillingApi>(*ledger, *prices, *keys, *admission, budgets.get());
+  billing_api = std::make_unique<BillingApi>(*reads, *ledger, *prices, *keys, *admission, budgets.get());
   billing_api->setKeyQueryLimit(config.limits.key_usage_queries_per_minute);
   responses_api = std::make_unique<ResponsesAdminApi>(*responses, *keys, *admission);
   budget_api = std::make_unique<BudgetApi>(*budgets, *keys, *admission);
@@ -226,7 +237,7 @@ Status Server::Parts::build() {
   dashboard_options.max_sessions_per_key = static_cast<size_t>(config.server.dashboard_sessions_per_key);
   dashboard_options.sign_in_failures_per_minute = config.server.dashboard_sign_in_failures_per_minute;
   dashboard_options.sign_ins_per_key_per_minute = config.server.dashboard_sign_ins_per_key_per_minute;
-  dashboard = std::make_unique<Dashboard>(*ledger, *keys, *admission, budgets.get(), rate_limiter.get(),
+  dashboard = std::make_unique<Dashboard>(*reads, *keys, *admission, budgets.get(), rate_limiter.get(),
                                           DashboardMemorySources{scheduler.get(), engine.cache, memory},
                                           dashboard_options);
 
@@ -308,6 +319,13 @@ void Server::stop(std::chrono::milliseconds grace) {
   // The scheduler refuses what waits; running streams finish or are cancelled.
   parts_->scheduler->shutdown(grace);
   parts_->server->stop(deadline);
+  // Every entry the requests left is queued by now (the engine thread and the
+  // I/O threads have ended): write them, then the drain's final attempt
+  // takes them to PostgreSQL, everything a client saw complete included.
+  // What commits later (a blocking-pool job still queued) stays in the
+  // outbox, durable, for the next start.
+  parts_->ledger->flush();
+  if (parts_->drain) parts_->drain->stop();
 }
 
 uint16_t Server::port() const { return parts_->server->port(); }

@@ -10,9 +10,12 @@
 // the same object; a benchmark may hand it a backend of its own.
 //
 // Lifetime: stop() (or the destructor) stops the HTTP server and the
-// scheduler first, so that no sink or handler outlives what it uses; the
-// billing objects go last (the ledger's final commits settle budgets). The
-// engine parts must outlive the server.
+// scheduler first, so that no sink or handler outlives what it uses, then
+// flushes the ledger's pending commits and, with billing.postgres_url, makes
+// the drain's final attempt, so that PostgreSQL holds every entry a client
+// saw complete when it is up at shutdown; the billing objects go last (the
+// ledger's final commits settle budgets). The engine parts must outlive the
+// server.
 //
 // Thread-safety: start() and stop() from one thread; the accessors are for
 // wiring and tests, and return thread-safe objects.
