@@ -243,8 +243,8 @@ class CommitObserver {
 //
 // Both give the same answers for the same entries: the same usage rows in
 // the same order (usageScan is their one rule), entries in the same order
-// (start time, then request id byte by byte). A store that cannot be reached
-// fails with Unavailable (the routes answer 503).
+// (start time, then request id byte by byte). PostgreSQL that cannot be
+// reached fails with Unavailable, which the routes answer 503.
 //
 // Thread-safety: every method may be called from any thread.
 class LedgerReads {

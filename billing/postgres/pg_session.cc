@@ -50,6 +50,11 @@ Status statusOf(const std::exception& e, std::string_view context) {
     if (state == "40001" || state == "40P01") {
       return unavailable(where + ": aborted (SQLSTATE " + state + "), retry: " + e.what());
     }
+    // Undefined table: a database the drain has not migrated yet (it does at
+    // start, once PostgreSQL answers): not there for now, like a server away.
+    if (state == "42P01") {
+      return unavailable(where + ": the ledger's tables are not in this database yet (SQLSTATE 42P01): " + e.what());
+    }
     return internalError(where + ": SQLSTATE " + state + ": " + e.what());
   }
   return internalError(where + ": " + e.what());

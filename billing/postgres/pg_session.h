@@ -23,7 +23,8 @@ std::string connectionString(const PostgresOptions& options);
 // What a libpqxx exception means for the caller: Unavailable for a lost or
 // refused connection and for a commit whose outcome is unknown (a retry is
 // safe: every write here is idempotent), Aborted-like Unavailable for a
-// deadlock or serialization failure, Internal for the rest, each with
+// deadlock or serialization failure, Unavailable for tables not migrated
+// yet, Internal for the rest, each with
 // `context` and the server's message (and SQLSTATE when there is one).
 Status statusOf(const std::exception& e, std::string_view context);
 // Whether statusOf's exception is worth retrying at once (deadlock, serialization failure).

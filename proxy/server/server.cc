@@ -56,9 +56,10 @@ struct Server::Parts {
   std::optional<billing::SystemPromptFingerprinter> fingerprints;
   std::unique_ptr<billing::Budgets> budgets;  // observes the ledger: opened after it, but must outlive it
   std::unique_ptr<billing::Ledger> ledger;
-  // billing.postgres_url: drains the ledger's outbox; goes before the ledger
-  // (what the ledger commits after the drain's final attempt stays in the
-  // outbox for the next start).
+  // billing.postgres_url: drains the ledger's outbox. stop() flushes the
+  // ledger and then makes the drain's final attempt; it goes before the
+  // ledger (what the ledger commits after that attempt stays in the outbox
+  // for the next start).
   std::unique_ptr<billing::pg::LedgerDrain> drain;
   // What the usage API, the ledger routes and the dashboard read: the ledger
   // of record in PostgreSQL when billing.postgres_url is set (every replica

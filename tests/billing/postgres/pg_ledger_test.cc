@@ -582,6 +582,22 @@ TEST_F(PgLedgerTest, PostgresAwayAndBackWritesTheHeldBatchOnce) {
   EXPECT_TRUE(verified->ok());
 }
 
+// Before the drain has migrated the database (a first start while
+// PostgreSQL was away) its tables are not there: Unavailable, as when the
+// server is away (the routes' 503), not an internal error.
+TEST_F(PgLedgerTest, ReadsBeforeTheSchemaIsMigratedAreUnavailable) {
+  PgLedgerReader reader(options_);
+  UsageQuery all;
+  all.to_s = 3600;
+  auto early = reader.usage(all);
+  ASSERT_FALSE(early.isOk());
+  EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << early.status().toString();
+  migrated();
+  auto later = reader.usage(all);
+  ASSERT_TRUE(later.isOk()) << later.status().toString();
+  EXPECT_TRUE(later->empty());
+}
+
 // A reader (the usage API's) whose connection PostgreSQL closed while it sat
 // idle: its first read after PostgreSQL is back succeeds, on a new connection.
 TEST_F(PgLedgerTest, AConnectionClosedWhileIdleIsReplacedOnItsNextUse) {
