@@ -71,7 +71,8 @@ int64_t budgetPeriodEnd(BudgetPeriodSetting period, int64_t t_s) {
 BudgetReservation& BudgetReservation::operator=(BudgetReservation&& other) noexcept {
   if (this != &other) {
     release();
-    owner_ = std::exchange(other.owner_, nullptr);
+    holder_ = std::exchange(other.holder_, nullptr);
+    request_id_ = std::move(other.request_id_);
     key_id_ = std::move(other.key_id_);
     team_ = std::move(other.team_);
     amount_ = std::exchange(other.amount_, 0);
@@ -80,8 +81,8 @@ BudgetReservation& BudgetReservation::operator=(BudgetReservation&& other) noexc
 }
 
 void BudgetReservation::release() {
-  if (owner_ == nullptr) return;
-  std::exchange(owner_, nullptr)->release(key_id_, team_, amount_);
+  if (holder_ == nullptr) return;
+  std::exchange(holder_, nullptr)->releaseReservation(*this);
   amount_ = 0;
 }
 
@@ -209,19 +210,28 @@ std::variant<BudgetReservation, BudgetRefusal> Budgets::reserve(const Principal&
   }
   key_spend.reserved += amount;
   team_spend.reserved += amount;
-  BudgetReservation r;
-  r.owner_ = this;
-  r.key_id_ = who.key_id;
-  r.team_ = who.team;
-  r.amount_ = amount;
-  return r;
+  return BudgetReservation(this, "", who.key_id, who.team, amount);
 }
 
-void Budgets::release(const std::string& key_id, const std::string& team, int64_t amount) {
+void Budgets::releaseReservation(const BudgetReservation& r) {
   std::lock_guard lock(mu_);
   // Both exist: reserve() made them, and nothing erases a spend.
-  spend_[0][key_id].reserved -= amount;
-  spend_[1][team].reserved -= amount;
+  spend_[0][r.keyId()].reserved -= r.amount();
+  spend_[1][r.team()].reserved -= r.amount();
+}
+
+std::optional<Int128> Budgets::spentIn(BudgetScope scope, const std::string& id, BudgetPeriodSetting period,
+                                       int64_t start_s) const {
+  std::lock_guard lock(mu_);
+  const SpendMap& spends = spend_[static_cast<size_t>(scope)];
+  Spend s;  // nothing recorded: nothing spent
+  if (auto it = spends.find(id); it != spends.end()) s = it->second;
+  s.roll(start_s);  // a later period than the one kept starts at zero
+  const int64_t kept = period == BudgetPeriodSetting::kDay     ? s.day_start
+                       : period == BudgetPeriodSetting::kMonth ? s.month_start
+                                                               : 0;
+  if (kept != start_s) return std::nullopt;
+  return s.spentIn(period);
 }
 
 void Budgets::committed(const LedgerEntry& entry) {

@@ -50,6 +50,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -72,12 +73,33 @@ int64_t budgetPeriodStart(BudgetPeriodSetting period, int64_t t_s);
 int64_t budgetPeriodEnd(BudgetPeriodSetting period, int64_t t_s);
 
 class Budgets;
+class BudgetReservation;
+
+// What holds reservations and takes them back: Budgets, in this replica's
+// memory, or a store the replicas share (billing/redis/redis_limits.h).
+class ReservationHolder {
+ public:
+  // Gives back what `r` held; called once per reservation, from any thread,
+  // and must not block (a shared store queues it).
+  virtual void releaseReservation(const BudgetReservation& r) = 0;
+
+ protected:
+  ~ReservationHolder() = default;
+};
 
 // What one admitted request holds against its key's and team's budgets until
 // it is settled. Move-only; releasing (or destroying) gives the amount back.
 class BudgetReservation {
  public:
   BudgetReservation() = default;
+  // Held by `holder` (null: holds nothing), which release() tells.
+  BudgetReservation(ReservationHolder* holder, std::string request_id, std::string key_id, std::string team,
+                    int64_t amount)
+      : holder_(holder),
+        request_id_(std::move(request_id)),
+        key_id_(std::move(key_id)),
+        team_(std::move(team)),
+        amount_(amount) {}
   BudgetReservation(BudgetReservation&& other) noexcept { *this = std::move(other); }
   BudgetReservation& operator=(BudgetReservation&& other) noexcept;
   BudgetReservation(const BudgetReservation&) = delete;
@@ -86,10 +108,13 @@ class BudgetReservation {
 
   void release();
   int64_t amount() const { return amount_; }
+  const std::string& requestId() const { return request_id_; }  // empty: held by Budgets, which needs none
+  const std::string& keyId() const { return key_id_; }
+  const std::string& team() const { return team_; }
 
  private:
-  friend class Budgets;
-  Budgets* owner_ = nullptr;
+  ReservationHolder* holder_ = nullptr;
+  std::string request_id_;
   std::string key_id_;
   std::string team_;
   int64_t amount_ = 0;
@@ -106,7 +131,7 @@ struct BudgetOptions {
   BudgetSetting team_default;  // billing.team_budget
 };
 
-class Budgets final : public BudgetView, public CommitObserver {
+class Budgets final : public BudgetView, public CommitObserver, public ReservationHolder {
  public:
   // Reads the budgets set before, sums what each key and team spent from the
   // ledger's counters, and observes the ledger's commits from then on. Open
@@ -143,11 +168,19 @@ class Budgets final : public BudgetView, public CommitObserver {
   // CommitObserver: a committed entry's cost counts against its key and team.
   void committed(const LedgerEntry& entry) override;
 
+  // What `id` spent in the period of `period` that starts at `start_s`, as
+  // counted here from this replica's ledger; nullopt when that period is no
+  // longer the one kept (an earlier day or month: ask the ledger).
+  std::optional<Int128> spentIn(BudgetScope scope, const std::string& id, BudgetPeriodSetting period,
+                                int64_t start_s) const;
+  // A refusal decided elsewhere (a store shared by replicas), counted with
+  // this replica's in latentgate_budget_refusals_total.
+  void countRefusal(BudgetScope scope) { refusals_[static_cast<size_t>(scope)].fetch_add(1, std::memory_order_relaxed); }
+
   // latentgate_budget_* families (docs/metrics.md).
   void collect(metrics::ExpositionWriter& w) const;
 
  private:
-  friend class BudgetReservation;
   // One key's or team's spending: per period, by the start of the entries.
   struct Spend {
     int64_t day_start = 0;
@@ -163,7 +196,8 @@ class Budgets final : public BudgetView, public CommitObserver {
 
   Budgets(BillingDb& db, BudgetOptions options) : db_(db), options_(std::move(options)) {}
   Status load(const Ledger& ledger, int64_t now_s);
-  void release(const std::string& key_id, const std::string& team, int64_t amount);
+  // ReservationHolder: a reservation made by reserve().
+  void releaseReservation(const BudgetReservation& r) override;
   const BudgetSetting& effectiveLocked(BudgetScope scope, const std::string& id, bool* is_default = nullptr) const;
   Spend& spendLocked(BudgetScope scope, const std::string& id, int64_t now_s) const;
   BudgetStatus statusLocked(BudgetScope scope, const BudgetSetting& b, const Spend& s, int64_t now_s) const;

@@ -25,6 +25,11 @@
 // and the request's metering starts. The result is a Ticket, which the
 // generation call (generation.h) settles, or the answer to send instead.
 // Whatever a later step refuses, the earlier ones are given back.
+// Steps 2 and 3 are one question to billing::AdmissionLimits: this replica's
+// budgets and buckets (LocalLimits, decided inline), or counters the
+// replicas share in Redis (limits.redis_url; decided on the store's thread,
+// one Lua script for both, 503 budget_store_unavailable when a budget
+// applies and Redis cannot be reached).
 //
 // Thread-safety: every method may be called from any thread at once.
 #pragma once
@@ -38,6 +43,7 @@
 #include <variant>
 #include <vector>
 
+#include "billing/admission_limits.h"
 #include "billing/key_store.h"
 #include "billing/metering.h"
 #include "billing/rate_limiter.h"
@@ -62,6 +68,7 @@ struct Ticket {
   billing::Principal who;
   std::shared_ptr<billing::MeteredRequest> metered;  // null: nothing is metered (no ledger)
   int64_t rate_tokens = 0;                           // charged to the per-minute limits
+  billing::RateCharge rate_charge;                   // where they were charged
   HttpHeaders headers;                               // x-ratelimit-*, for the response
 };
 
@@ -94,9 +101,14 @@ struct AdmissionAsk {
 class Admission {
  public:
   // Everything must outlive the admission. `metrics_token`: the bearer token
-  // that may read /metrics besides the admin key (nullopt: none).
+  // that may read /metrics besides the admin key (nullopt: none). With a
+  // RateLimiter, the limits are this replica's (LocalLimits over it and the
+  // metering's budgets); with AdmissionLimits, whatever it implements.
   Admission(const billing::KeyStore& keys, const billing::AdminKey& admin,
             std::optional<billing::AdminKey> metrics_token, billing::RateLimiter& rate_limiter,
+            const billing::Metering& metering);
+  Admission(const billing::KeyStore& keys, const billing::AdminKey& admin,
+            std::optional<billing::AdminKey> metrics_token, billing::AdmissionLimits& limits,
             const billing::Metering& metering);
 
   // server.metrics_token as a credential: empty is none; one whose entropy
@@ -117,26 +129,29 @@ class Admission {
   Caller identify(std::string_view presented_key) const;
   Caller identify(const HttpRequest& request) const;
 
-  // Admits a generation request of `who` (authenticated by forKey).
+  // Admits a generation request of `who` (authenticated by forKey): `done`
+  // runs once with the outcome, inline (this replica's limits) or later from
+  // the shared store's thread; it must be quick and must not throw.
+  void admit(const HttpRequest& request, const billing::Principal& who, const AdmissionAsk& ask,
+             std::function<void(Admitted)> done) const;
+  // The same, waiting for the outcome (tests, benchmarks).
   Admitted admit(const HttpRequest& request, const billing::Principal& who, const AdmissionAsk& ask) const;
-  // Gives back the per-minute tokens a ticket charged but its request did not use.
+  // Gives back the per-minute tokens a ticket charged but its request did not
+  // use. Never blocks (the engine thread calls it).
   void settle(const Ticket& ticket, int64_t used_tokens) const;
 
   const billing::Metering& metering() const { return metering_; }
-  const billing::RateLimiter& rateLimiter() const { return rate_limiter_; }
 
  private:
   // Each guard's check of a request's credentials: nullopt accepts, else the 401.
   std::optional<ApiError> checkAdmin(const HttpRequest& request) const;
   std::optional<ApiError> checkMetrics(const HttpRequest& request) const;
 
-  std::optional<Refused> chargeRateLimits(const HttpRequest& request, const billing::Principal& who, int64_t tokens,
-                                          HttpHeaders& headers) const;
-
   const billing::KeyStore& keys_;
   const billing::AdminKey& admin_;
   const std::optional<billing::AdminKey> metrics_token_;
-  billing::RateLimiter& rate_limiter_;
+  std::unique_ptr<billing::LocalLimits> local_;  // made by the RateLimiter constructor
+  billing::AdmissionLimits& limits_;
   const billing::Metering& metering_;
 };
 

@@ -172,14 +172,19 @@ void Generation::run(std::shared_ptr<Exchange> exchange, const billing::Principa
   for (const serving::GenerationRequest& r : plan.choices) {
     ask.choices.push_back({static_cast<int64_t>(r.prompt.size()), r.sampling.max_tokens});
   }
-  Admitted admitted = admission_.admit(exchange->request(), who, ask);
-  if (auto* refused = std::get_if<Refused>(&admitted)) {
-    return respondWithApiError(*exchange, refused->error, std::move(refused->headers));
-  }
-  if (auto* replayed = std::get_if<Replayed>(&admitted)) {
-    return exchange->respond(200, std::move(replayed->headers), std::move(replayed->body));
-  }
-  start(std::move(exchange), std::get<Ticket>(std::move(admitted)), std::move(plan));
+  // The outcome comes inline from this replica's limits, or from the shared
+  // store's thread (limits.redis_url): the plan waits in a shared holder.
+  auto held = std::make_shared<GenerationPlan>(std::move(plan));
+  const HttpRequest& request = exchange->request();
+  admission_.admit(request, who, ask, [this, exchange = std::move(exchange), held](Admitted admitted) {
+    if (auto* refused = std::get_if<Refused>(&admitted)) {
+      return respondWithApiError(*exchange, refused->error, std::move(refused->headers));
+    }
+    if (auto* replayed = std::get_if<Replayed>(&admitted)) {
+      return exchange->respond(200, std::move(replayed->headers), std::move(replayed->body));
+    }
+    start(exchange, std::get<Ticket>(std::move(admitted)), std::move(*held));
+  });
 }
 
 void Generation::runAsAdmin(std::shared_ptr<Exchange> exchange, GenerationPlan plan) const {

@@ -6,6 +6,7 @@
 #include "proxy/gateway/admission.h"
 
 #include <future>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -254,6 +255,47 @@ TEST_F(AdmissionTest, IdempotencyKeysAreClaimedReplayedAndRefused) {
   Admitted invalid = admission_->admit(bad, who_, ask(10, 10));
   ASSERT_TRUE(std::holds_alternative<Refused>(invalid));
   EXPECT_EQ(std::get<Refused>(invalid).error.code, "invalid_idempotency_key");
+}
+
+// Limits that answer from a thread of their own, as a shared store does
+// (billing/redis/), with what the test sets.
+class ThreadedLimits final : public billing::AdmissionLimits {
+ public:
+  std::function<billing::LimitOutcome()> answer;
+  billing::LimitAsk asked;
+  void admit(billing::LimitAsk ask, std::function<void(billing::LimitOutcome)> done) override {
+    asked = ask;
+    std::thread([this, done = std::move(done)] { done(answer()); }).join();
+  }
+  void giveBack(const billing::Principal&, const billing::RateCharge&, int64_t) override {}
+  const billing::RateLimitOptions& rateOptions() const override { return options_; }
+
+ private:
+  billing::RateLimitOptions options_;
+};
+
+TEST_F(AdmissionTest, ABudgetStoreThatCannotBeReachedIs503AndGivesTheClaimBack) {
+  ThreadedLimits limits;
+  Admission admission(*keys_, *admin_, std::nullopt, limits, *metering_);
+  limits.answer = [] { return billing::LimitsUnavailable{"Redis is unreachable", 2}; };
+  HttpRequest r = requestWith(key_);
+  r.headers.add("Idempotency-Key", "k-503");
+  Admitted a = admission.admit(r, who_, ask(100, 10));
+  ASSERT_TRUE(std::holds_alternative<Refused>(a));
+  const ApiError& e = std::get<Refused>(a).error;
+  EXPECT_EQ(e.http_status, 503);
+  EXPECT_EQ(e.type, "server_error");
+  EXPECT_EQ(e.code, "budget_store_unavailable");
+  EXPECT_EQ(e.retry_after_s, 2);
+  // The limits were asked with the request's id, its most and its tokens.
+  EXPECT_EQ(limits.asked.request_id, "req-admission");
+  EXPECT_GT(limits.asked.cost.value_or(0), 0);
+  EXPECT_EQ(limits.asked.tokens, 110);
+  // The claim was given back: a retry with the key runs.
+  limits.answer = [] { return billing::LimitGrant{}; };
+  Admitted retried = admission.admit(r, who_, ask(100, 10));
+  ASSERT_TRUE(std::holds_alternative<Ticket>(retried));
+  std::get<Ticket>(retried).metered->abandon();
 }
 
 }  // namespace
