@@ -1,0 +1,639 @@
+#include "billing/redis/redis_limits.h"
+
+#include <algorithm>
+#include <charconv>
+#include <utility>
+
+#include "billing/redis/limit_scripts.h"
+#include "billing/settings_json.h"
+#include "common/check.h"
+#include "common/logging.h"
+#include "common/unix_time.h"
+#include "common/url_redact.h"
+
+namespace lg::billing::redis {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kWindowS = 60;
+// A window's counter lives on one more minute: a give-back arrives while its
+// window is current, and replicas' clocks differ by a little.
+constexpr int64_t kWindowTtlS = 2 * kWindowS;
+// A seed above this is held there (already far past any budget): the
+// settlement's HINCRBY then cannot overflow int64.
+constexpr Int128 kMaxSeed = Int128{1} << 62;
+// Operations and admissions per pipeline, so one round stays short.
+constexpr size_t kMaxBatch = 1024;
+// Rounds of seeding one admission may take (a flush between two is rare).
+constexpr int kMaxSeedRounds = 3;
+
+spdlog::logger* billingLog() {
+  static spdlog::logger* logger = componentLogger("billing");
+  return logger;
+}
+
+int64_t floorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// An amount the script returned (a decimal string of an int64).
+Int128 amountOf(const RedisReply& r) { return r.asInt(0); }
+
+RateLimits share(const RateLimits& l, int replicas) {
+  auto part = [replicas](int64_t limit) { return limit <= 0 ? limit : std::max<int64_t>(1, limit / replicas); };
+  return {part(l.requests_per_minute), part(l.tokens_per_minute)};
+}
+
+RateLimitState tighter(const RateLimitState& a, const RateLimitState& b) {
+  if (a.limit == 0) return b;
+  if (b.limit == 0) return a;
+  return a.remaining <= b.remaining ? a : b;
+}
+
+}  // namespace
+
+std::string_view redisStateName(RedisState s) {
+  switch (s) {
+    case RedisState::kStarting: return "starting";
+    case RedisState::kUp: return "up";
+    case RedisState::kDown: return "down";
+  }
+  return "unknown";
+}
+
+struct RedisLimits::Job {
+  LimitAsk ask;
+  std::function<void(LimitOutcome)> done;
+  struct Budget {
+    BudgetScope scope;
+    BudgetSetting setting;
+    int64_t start_s = 0;  // of the period the request counts in
+    std::string seed;     // "" until the script asked for one
+  };
+  std::vector<Budget> budgets;  // those that apply, key first
+  struct Window {
+    BudgetScope scope;
+    char kind;  // 'r' requests, 't' tokens
+    int64_t limit = 0;
+    int64_t need = 0;
+  };
+  std::vector<Window> windows;
+  int64_t window_start_s = 0;
+  Clock::time_point queued;
+  int rounds = 0;
+
+  const std::string& idOf(BudgetScope scope) const { return scope == BudgetScope::kKey ? ask.who.key_id : ask.who.team; }
+};
+
+// ---------------------------------------------------------------- lifetime
+
+RedisLimits::RedisLimits(RedisLimitsOptions options, Budgets& budgets, const SpendSource& source)
+    : options_(std::move(options)),
+      budgets_(budgets),
+      source_(source),
+      keys_(std::make_unique<LimitKeys>(options_.key_prefix)),
+      scripts_(std::make_unique<LimitScripts>()),
+      fallback_(RateLimitOptions{share(options_.rate.per_key, options_.fallback_replicas),
+                                 share(options_.rate.per_team, options_.fallback_replicas)}),
+      conn_(std::make_unique<RedisConnection>(options_.redis)),
+      admission_seconds_({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}) {
+  for (const RedisScript* s : {&scripts_->admit, &scripts_->settle, &scripts_->release, &scripts_->refresh,
+                               &scripts_->giveBack}) {
+    conn_->addScript(s);
+  }
+}
+
+Result<std::unique_ptr<RedisLimits>> RedisLimits::start(RedisLimitsOptions options, Budgets& budgets,
+                                                        const SpendSource& source) {
+  LG_RETURN_IF_ERROR(parseRedisUrl(options.redis.url).status());
+  if (options.fallback_replicas < 1) return invalidArgument("fallback_replicas: expected >= 1");
+  if (options.reservation_ttl < std::chrono::milliseconds(1)) return invalidArgument("reservation_ttl: expected > 0");
+  std::unique_ptr<RedisLimits> limits(new RedisLimits(std::move(options), budgets, source));
+  limits->thread_ = std::thread([raw = limits.get()] { raw->run(); });
+  return limits;
+}
+
+RedisLimits::~RedisLimits() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t RedisLimits::nowS() const { return options_.clock_s ? options_.clock_s() : unixSeconds(); }
+
+bool RedisLimits::cooling() const {
+  return Clock::now().time_since_epoch().count() < cooling_until_ns_.load(std::memory_order_relaxed);
+}
+
+// ------------------------------------------------------------ the callers' side
+
+void RedisLimits::admit(LimitAsk ask, std::function<void(LimitOutcome)> done) {
+  // A negative amount would lower what others see reserved: a mis-bill.
+  LG_CHECK(!ask.cost || *ask.cost >= 0, "negative reservation ", ask.cost.value_or(0), " for ", ask.request_id);
+  LG_CHECK(ask.tokens >= 0, "negative tokens ", ask.tokens, " for ", ask.request_id);
+  auto job = std::make_unique<Job>();
+  if (ask.cost) {
+    for (BudgetScope scope : {BudgetScope::kKey, BudgetScope::kTeam}) {
+      const BudgetSetting b = budgets_.effective(scope, scope == BudgetScope::kKey ? ask.who.key_id : ask.who.team).budget;
+      if (b.enabled) job->budgets.push_back({scope, b, budgetPeriodStart(b.period, ask.now_s), ""});
+    }
+  }
+  job->window_start_s = floorDiv(nowS(), kWindowS) * kWindowS;
+  const RateLimitOptions& r = options_.rate;
+  for (const auto& [scope, limits] : {std::pair{BudgetScope::kKey, r.per_key}, std::pair{BudgetScope::kTeam, r.per_team}}) {
+    if (limits.requests_per_minute > 0) job->windows.push_back({scope, 'r', limits.requests_per_minute, 1});
+    if (limits.tokens_per_minute > 0) job->windows.push_back({scope, 't', limits.tokens_per_minute, ask.tokens});
+  }
+  job->ask = std::move(ask);
+  job->done = std::move(done);
+  if (job->budgets.empty() && job->windows.empty()) {
+    LimitGrant nothing;  // no budget, no limit: nothing to ask Redis
+    return job->done(std::move(nothing));
+  }
+  if (cooling()) {
+    LimitOutcome out = decideWithoutRedis(*job);
+    return job->done(std::move(out));
+  }
+  job->queued = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    if (admitting_ && !stopping_) jobs_.push_back(std::move(job));
+  }
+  if (job) {  // not queued: the server is stopping
+    count(kUnavailable);
+    return job->done(LimitsUnavailable{"the server is stopping", 1});
+  }
+  cv_.notify_one();
+}
+
+void RedisLimits::stopAdmitting() {
+  std::unique_lock lock(mu_);
+  admitting_ = false;
+  cv_.notify_one();
+  answered_.wait(lock, [&] { return jobs_.empty() && jobs_in_flight_ == 0; });
+}
+
+LimitOutcome RedisLimits::decideWithoutRedis(Job& job) {
+  if (!job.budgets.empty()) {
+    count(kUnavailable);
+    return LimitsUnavailable{"Redis is unreachable", std::max(1, (options_.redis.retry_ms + 999) / 1000)};
+  }
+  count(kFallback);
+  RateDecision d = fallback_.admit(job.ask.who.key_id, job.ask.who.team, job.ask.tokens);
+  if (!d.allowed) return d;
+  LimitGrant g;
+  g.rate = d;
+  g.charge.tokens = job.ask.tokens;  // into the local buckets
+  return g;
+}
+
+void RedisLimits::giveBack(const Principal& who, const RateCharge& charge, int64_t used) {
+  if (!charge.shared) return fallback_.settle(who.key_id, who.team, charge.tokens, used);
+  const int64_t unused = charge.tokens - std::clamp<int64_t>(used, 0, charge.tokens);
+  if (unused <= 0) return;
+  // Only into the window that was charged, while it is current: given to a
+  // later window, the tokens would be admitted twice.
+  if (charge.window_start_s != floorDiv(nowS(), kWindowS) * kWindowS) return;
+  std::vector<std::string> keys;
+  if (options_.rate.per_key.tokens_per_minute > 0) {
+    keys.push_back(keys_->window(who.team, BudgetScope::kKey, who.key_id, 't', charge.window_start_s));
+  }
+  if (options_.rate.per_team.tokens_per_minute > 0) {
+    keys.push_back(keys_->window(who.team, BudgetScope::kTeam, "", 't', charge.window_start_s));
+  }
+  if (keys.empty()) return;
+  enqueue({Op::Kind::kGiveBack, scripts_->giveBack.call(keys, {std::to_string(unused)})});
+}
+
+void RedisLimits::releaseReservation(const BudgetReservation& r) {
+  const std::string& team = r.team();
+  Op op{Op::Kind::kRelease,
+        scripts_->release.call({keys_->reservation(team, r.requestId()), keys_->held(team, BudgetScope::kKey, r.keyId()),
+                                keys_->heldSum(team, BudgetScope::kKey, r.keyId()),
+                                keys_->held(team, BudgetScope::kTeam, ""), keys_->heldSum(team, BudgetScope::kTeam, "")},
+                               {r.requestId()})};
+  {
+    // One lock for both: a refresh that saw the request live is sent before
+    // this release, and one that did not never puts it back.
+    std::lock_guard lock(mu_);
+    live_.erase(r.requestId());
+    ops_.push_back(std::move(op));
+  }
+  cv_.notify_one();
+}
+
+void RedisLimits::committed(const LedgerEntry& entry) {
+  const int64_t cost = entry.cost.total();
+  if (cost <= 0) return;  // nothing spent; the reservation's release drops it
+  const int64_t at_s = floorDiv(entry.start_us, 1'000'000);
+  const std::string& team = entry.team;
+  std::vector<std::string> keys = {keys_->reservation(team, entry.request_id), keys_->settled(team, entry.request_id),
+                                   keys_->held(team, BudgetScope::kKey, entry.key_id),
+                                   keys_->heldSum(team, BudgetScope::kKey, entry.key_id),
+                                   keys_->held(team, BudgetScope::kTeam, ""), keys_->heldSum(team, BudgetScope::kTeam, "")};
+  // Every period of both, whichever budget applies now: a budget changed
+  // later finds its period counted (or unseeded, and seeded then).
+  for (BudgetScope scope : {BudgetScope::kKey, BudgetScope::kTeam}) {
+    for (BudgetPeriodSetting p : {BudgetPeriodSetting::kDay, BudgetPeriodSetting::kMonth, BudgetPeriodSetting::kTotal}) {
+      keys.push_back(keys_->spend(team, scope, entry.key_id, p, budgetPeriodStart(p, at_s)));
+    }
+  }
+  enqueue({Op::Kind::kSettle,
+           scripts_->settle.call(keys, {entry.request_id, std::to_string(cost),
+                                        std::to_string(options_.reservation_ttl.count())})});
+}
+
+void RedisLimits::enqueue(Op op) {
+  {
+    std::lock_guard lock(mu_);
+    ops_.push_back(std::move(op));
+  }
+  cv_.notify_one();
+}
+
+bool RedisLimits::flush(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  ops_retry_at_ = {};  // now, if Redis is back
+  cv_.notify_one();
+  return flushed_.wait_for(lock, timeout, [&] { return ops_.empty() && ops_in_flight_ == 0; });
+}
+
+size_t RedisLimits::pendingOperations() const {
+  std::lock_guard lock(mu_);
+  return ops_.size() + ops_in_flight_;
+}
+
+size_t RedisLimits::liveReservations() const {
+  std::lock_guard lock(mu_);
+  return live_.size();
+}
+
+// ----------------------------------------------------------------- the thread
+
+void RedisLimits::run() {
+  const std::chrono::milliseconds every =
+      options_.refresh_every ? *options_.refresh_every
+                             : std::clamp(options_.reservation_ttl / 3, std::chrono::milliseconds(10),
+                                          std::chrono::milliseconds(60'000));
+  std::unique_lock lock(mu_);
+  next_refresh_ = Clock::now() + every;
+  auto ready = [&] {
+    const auto now = Clock::now();
+    return stopping_ || !jobs_.empty() || (!ops_.empty() && now >= ops_retry_at_) ||
+           (every.count() > 0 && now >= next_refresh_);
+  };
+  for (;;) {
+    while (!ready()) {
+      auto until = every.count() > 0 ? next_refresh_ : Clock::time_point::max();
+      if (!ops_.empty()) until = std::min(until, ops_retry_at_);
+      if (until == Clock::time_point::max()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_until(lock, until);
+      }
+    }
+    if (stopping_) break;
+    const bool refresh = every.count() > 0 && Clock::now() >= next_refresh_;
+    if (refresh) next_refresh_ = Clock::now() + every;
+    round(lock, refresh);
+  }
+  // Shutdown: what is queued, for a bounded time; admissions still waiting
+  // are answered (the server stops serving before this).
+  const auto until = Clock::now() + options_.shutdown_flush;
+  while ((!ops_.empty() || !jobs_.empty()) && Clock::now() < until) {
+    round(lock, false);
+    if (!ops_.empty()) cv_.wait_until(lock, std::min(until, ops_retry_at_));
+  }
+  std::vector<std::unique_ptr<Job>> left = std::move(jobs_);
+  jobs_.clear();
+  if (!ops_.empty()) {
+    // A settlement lost here leaves the shared spend below the ledger until
+    // the period renews or the counters are rebuilt (docs/billing.md).
+    billingLog()->error("Redis: {} settlement(s), release(s) and give-back(s) not sent at shutdown", ops_.size());
+    dropped_ops_.fetch_add(ops_.size(), std::memory_order_relaxed);
+    ops_.clear();
+  }
+  flushed_.notify_all();
+  lock.unlock();
+  for (auto& job : left) {
+    count(kUnavailable);
+    job->done(LimitsUnavailable{"the server is stopping", 1});
+  }
+  answered_.notify_all();
+}
+
+RedisCommand RedisLimits::admitCommand(const Job& job) const {
+  const LimitAsk& a = job.ask;
+  const std::string& team = a.who.team;
+  std::vector<std::string> keys = {keys_->reservation(team, a.request_id)};
+  std::vector<std::string> args = {a.request_id, std::to_string(a.cost.value_or(0)),
+                                   std::to_string(options_.reservation_ttl.count()),
+                                   std::to_string(job.budgets.size())};
+  for (const Job::Budget& b : job.budgets) {
+    keys.push_back(keys_->spend(team, b.scope, a.who.key_id, b.setting.period, b.start_s));
+    keys.push_back(keys_->held(team, b.scope, a.who.key_id));
+    keys.push_back(keys_->heldSum(team, b.scope, a.who.key_id));
+    args.push_back(b.scope == BudgetScope::kKey ? "k" : "t");
+    args.push_back(std::to_string(b.setting.limit));
+    args.push_back(b.seed);
+    // A period's counter outlives it by a day (late settlements, clocks).
+    const int64_t end = budgetPeriodEnd(b.setting.period, b.start_s);
+    args.push_back(std::to_string(end == 0 ? 0 : end + 86400));
+  }
+  args.push_back(std::to_string(job.windows.size()));
+  for (const Job::Window& w : job.windows) {
+    keys.push_back(keys_->window(team, w.scope, a.who.key_id, w.kind, job.window_start_s));
+    args.push_back(std::to_string(w.limit));
+    args.push_back(std::to_string(w.need));
+    args.push_back(std::to_string(kWindowTtlS));
+  }
+  return scripts_->admit.call(keys, args);
+}
+
+RedisCommand RedisLimits::refreshCommand(const std::string& request_id, const Live& live) const {
+  const std::string& team = live.team;
+  return scripts_->refresh.call(
+      {keys_->reservation(team, request_id), keys_->settled(team, request_id),
+       keys_->held(team, BudgetScope::kKey, live.key_id), keys_->heldSum(team, BudgetScope::kKey, live.key_id),
+       keys_->held(team, BudgetScope::kTeam, ""), keys_->heldSum(team, BudgetScope::kTeam, "")},
+      {request_id, live.amount, live.key ? "1" : "0", live.team_held ? "1" : "0",
+       std::to_string(options_.reservation_ttl.count())});
+}
+
+void RedisLimits::round(std::unique_lock<std::mutex>& lock, bool refresh) {
+  std::vector<std::unique_ptr<Job>> jobs;
+  while (!jobs_.empty() && jobs.size() < kMaxBatch) {
+    jobs.push_back(std::move(jobs_.front()));
+    jobs_.erase(jobs_.begin());
+  }
+  std::vector<Op> ops;
+  if (Clock::now() >= ops_retry_at_) {
+    while (!ops_.empty() && ops.size() < kMaxBatch) {
+      ops.push_back(std::move(ops_.front()));
+      ops_.pop_front();
+    }
+  }
+  ops_in_flight_ = ops.size();
+  jobs_in_flight_ = jobs.size();
+  std::vector<std::pair<std::string, Live>> live;
+  if (refresh) live.assign(live_.begin(), live_.end());
+  lock.unlock();
+
+  std::vector<RedisCommand> commands;
+  commands.reserve(ops.size() + live.size() + jobs.size());
+  for (const Op& op : ops) commands.push_back(op.command);
+  for (const auto& [id, l] : live) commands.push_back(refreshCommand(id, l));
+  for (const auto& job : jobs) commands.push_back(admitCommand(*job));
+
+  std::vector<std::function<void()>> calls;
+  auto answer = [&](std::unique_ptr<Job>& job, LimitOutcome out) {
+    admission_seconds_.observe(std::chrono::duration<double>(Clock::now() - job->queued).count());
+    calls.push_back([job = std::shared_ptr<Job>(std::move(job)), out = std::make_shared<LimitOutcome>(std::move(out))] {
+      job->done(std::move(*out));
+    });
+  };
+  auto replies = conn_->pipeline(commands);
+  bool sent = replies.isOk();
+  if (!sent) {
+    setState(RedisState::kDown, replies.status());
+    for (const Op& op : ops) error(op.kind == Op::Kind::kSettle ? kErrSettle : op.kind == Op::Kind::kRelease ? kErrRelease : kErrGiveBack);
+    if (!live.empty()) error(kErrRefresh);
+    if (!jobs.empty()) error(kErrAdmit);
+    for (auto& job : jobs) answer(job, decideWithoutRedis(*job));
+  } else {
+    setState(RedisState::kUp, Status::ok());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const RedisReply& r = (*replies)[i];
+      if (!r.isError()) continue;
+      // Refused by Redis itself (a key of the wrong type, say): sending it
+      // again would be refused again.
+      error(ops[i].kind == Op::Kind::kSettle ? kErrSettle : ops[i].kind == Op::Kind::kRelease ? kErrRelease : kErrGiveBack);
+      billingLog()->error("Redis refused a {}: {}", ops[i].kind == Op::Kind::kSettle ? "settlement" : "release", r.str);
+    }
+    for (size_t i = 0; i < live.size(); ++i) {
+      if ((*replies)[ops.size() + i].isError()) error(kErrRefresh);
+    }
+    // Admissions, and those that asked for seeds again at once: nothing that
+    // was queued after the seeds were read is sent before them.
+    std::unordered_map<std::string, std::string> seeds;
+    std::vector<std::unique_ptr<Job>> again;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      std::optional<LimitOutcome> out = decided(*jobs[k], (*replies)[ops.size() + live.size() + k], seeds);
+      if (out) {
+        answer(jobs[k], std::move(*out));
+      } else {
+        again.push_back(std::move(jobs[k]));
+      }
+    }
+    while (!again.empty()) {
+      std::vector<RedisCommand> retry;
+      for (const auto& job : again) retry.push_back(admitCommand(*job));
+      auto second = conn_->pipeline(retry);
+      std::vector<std::unique_ptr<Job>> next;
+      if (!second.isOk()) {
+        setState(RedisState::kDown, second.status());
+        error(kErrAdmit);
+        for (auto& job : again) answer(job, decideWithoutRedis(*job));
+        break;
+      }
+      for (size_t k = 0; k < again.size(); ++k) {
+        std::optional<LimitOutcome> out = decided(*again[k], (*second)[k], seeds);
+        if (out) {
+          answer(again[k], std::move(*out));
+        } else {
+          next.push_back(std::move(again[k]));
+        }
+      }
+      again = std::move(next);
+    }
+  }
+  lock.lock();
+  if (!sent) {
+    // Back to the front, in their order, for when Redis returns.
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) ops_.push_front(std::move(*it));
+    ops_retry_at_ = Clock::now() + conn_->retryIn();
+  }
+  ops_in_flight_ = 0;
+  if (ops_.empty()) flushed_.notify_all();
+  lock.unlock();
+  for (auto& call : calls) call();
+  lock.lock();
+  jobs_in_flight_ = 0;
+  if (jobs_.empty()) answered_.notify_all();
+}
+
+std::optional<LimitOutcome> RedisLimits::decided(Job& job, const RedisReply& reply,
+                                                 std::unordered_map<std::string, std::string>& seeds) {
+  const LimitAsk& a = job.ask;
+  auto failClosed = [&](std::string_view why) -> LimitOutcome {
+    error(kErrAdmit);
+    billingLog()->error("Redis: the admission of request {} failed: {}", a.request_id, why);
+    return decideWithoutRedis(job);
+  };
+  if (reply.type != RedisReply::Type::kArray || reply.elements.empty()) {
+    return failClosed(reply.isError() ? reply.str : "an unexpected reply");
+  }
+  const std::vector<RedisReply>& e = reply.elements;
+  const int64_t now_s = nowS();
+  const int64_t window_end = job.window_start_s + kWindowS;
+  switch (e[0].asInt(-1)) {
+    case kAdmitted:
+    case kAlreadyAdmitted: {
+      LimitGrant g;
+      g.rate.allowed = true;
+      for (size_t j = 0; j < job.windows.size() && j + 1 < e.size(); ++j) {
+        const Job::Window& w = job.windows[j];
+        RateLimitState s;
+        s.limit = w.limit;
+        s.remaining = std::max<int64_t>(0, w.limit - e[j + 1].asInt(w.limit));
+        s.reset_s = static_cast<double>(std::max<int64_t>(0, window_end - now_s));
+        RateLimitState& into = w.kind == 'r' ? g.rate.requests : g.rate.tokens;
+        into = tighter(into, s);
+      }
+      g.charge.tokens = a.tokens;
+      g.charge.shared = true;
+      g.charge.window_start_s = job.window_start_s;
+      if (!job.budgets.empty()) {
+        const int64_t amount = a.cost.value_or(0);
+        g.reservation = BudgetReservation(this, a.request_id, a.who.key_id, a.who.team, amount);
+        Live l{a.who.team, a.who.key_id, std::to_string(amount), false, false};
+        for (const Job::Budget& b : job.budgets) (b.scope == BudgetScope::kKey ? l.key : l.team_held) = true;
+        std::lock_guard lock(mu_);
+        live_.emplace(a.request_id, std::move(l));
+      }
+      count(kAdmitted);
+      return g;
+    }
+    case kOverBudget: {
+      const int64_t i = e.size() >= 4 ? e[1].asInt(0) : 0;
+      if (i < 1 || i > static_cast<int64_t>(job.budgets.size())) return failClosed("a malformed refusal");
+      const Job::Budget& b = job.budgets[static_cast<size_t>(i - 1)];
+      BudgetRefusal refused;
+      refused.amount = a.cost.value_or(0);
+      BudgetStatus& st = refused.budget;
+      st.scope = std::string(budgetScopeName(b.scope));
+      st.period = std::string(budgetPeriodName(b.setting.period));
+      st.period_start_s = b.start_s;
+      st.period_end_s = budgetPeriodEnd(b.setting.period, b.start_s);
+      st.limit = b.setting.limit;
+      st.soft_limit = b.setting.soft_limit;
+      st.spent = amountOf(e[2]);
+      st.reserved = amountOf(e[3]);
+      budgets_.countRefusal(b.scope);
+      count(kOverBudget);
+      return refused;
+    }
+    case kOverLimit: {
+      const int64_t j = e.size() >= 3 ? e[1].asInt(0) : 0;
+      if (j < 1 || j > static_cast<int64_t>(job.windows.size())) return failClosed("a malformed refusal");
+      const Job::Window& w = job.windows[static_cast<size_t>(j - 1)];
+      RateDecision d;
+      d.allowed = false;
+      d.exhausted = w.kind == 'r' ? "requests" : "tokens";
+      d.subject = w.scope == BudgetScope::kKey ? "key" : "team";
+      // A fixed window: it fits when the next minute starts, unless it never does.
+      d.retry_after_s = w.need > w.limit ? -1.0 : static_cast<double>(std::max<int64_t>(1, window_end - now_s));
+      RateLimitState s;
+      s.limit = w.limit;
+      s.remaining = std::max<int64_t>(0, w.limit - e[2].asInt(w.limit));
+      s.reset_s = static_cast<double>(std::max<int64_t>(0, window_end - now_s));
+      (w.kind == 'r' ? d.requests : d.tokens) = s;
+      count(kRateLimited);
+      return d;
+    }
+    case kNeedsSeed: {
+      if (++job.rounds > kMaxSeedRounds) return failClosed("its counters were lost again while being seeded");
+      for (size_t k = 1; k < e.size(); ++k) {
+        const int64_t i = e[k].asInt(0);
+        if (i < 1 || i > static_cast<int64_t>(job.budgets.size())) return failClosed("a malformed seed request");
+        Job::Budget& b = job.budgets[static_cast<size_t>(i - 1)];
+        const std::string key = keys_->spend(a.who.team, b.scope, a.who.key_id, b.setting.period, b.start_s);
+        if (auto it = seeds.find(key); it != seeds.end()) {
+          b.seed = it->second;
+          continue;
+        }
+        auto spent = source_.spent(b.scope, job.idOf(b.scope), b.setting.period, b.start_s);
+        if (!spent.isOk()) {
+          error(kErrSeed);
+          return failClosed("reading what was spent failed: " + spent.status().toString());
+        }
+        b.seed = std::to_string(static_cast<int64_t>(std::clamp<Int128>(*spent, 0, kMaxSeed)));
+        seeds.emplace(key, b.seed);
+        seeds_.fetch_add(1, std::memory_order_relaxed);
+        billingLog()->info("Redis: the {} {}'s spend this {} (from {}) read from the ledger: {} pico-dollars",
+                           budgetScopeName(b.scope), job.idOf(b.scope), budgetPeriodName(b.setting.period), b.start_s,
+                           b.seed);
+      }
+      return std::nullopt;
+    }
+    default:
+      return failClosed("an unknown reply code");
+  }
+}
+
+void RedisLimits::setState(RedisState s, const Status& why) {
+  const RedisState before = state_.exchange(s, std::memory_order_relaxed);
+  if (s == RedisState::kDown) {
+    cooling_until_ns_.store((Clock::now() + conn_->retryIn()).time_since_epoch().count(), std::memory_order_relaxed);
+    if (!logged_down_) {
+      logged_down_ = true;
+      billingLog()->warn(
+          "Redis unreachable ({}): requests under a budget are refused (503 budget_store_unavailable) and rate "
+          "limits are this replica's share until it returns",
+          redactPasswordIn(why.message(), options_.redis.url));
+    }
+  } else if (s == RedisState::kUp) {
+    cooling_until_ns_.store(0, std::memory_order_relaxed);
+    if (logged_down_ || before == RedisState::kStarting) {
+      billingLog()->info("Redis reachable: budgets and rate limits are shared by the replicas");
+      logged_down_ = false;
+    }
+  }
+}
+
+// ------------------------------------------------------------------- metrics
+
+void RedisLimits::collect(metrics::ExpositionWriter& w) const {
+  w.gauge("latentgate_redis_up", "1 when the last exchange with Redis (limits.redis_url) succeeded, else 0.",
+          int64_t{state() == RedisState::kUp ? 1 : 0});
+  w.histogram("latentgate_redis_admission_seconds",
+              "Time from queueing an admission for Redis to its decision (the Lua script's round trip, seeds included).",
+              admission_seconds_.snapshot());
+  if (w.family("latentgate_redis_admissions_total",
+               "Admissions that needed the shared limits, by outcome: admitted, over_budget, rate_limited, "
+               "unavailable (503: a budget applied and Redis was away), fallback (rate limits only, decided by this "
+               "replica's share while Redis was away).",
+               metrics::MetricType::kCounter)) {
+    static constexpr const char* kNames[kOutcomes] = {"admitted", "over_budget", "rate_limited", "unavailable",
+                                                      "fallback"};
+    for (size_t i = 0; i < kOutcomes; ++i) {
+      w.sample(metrics::Labels{{"outcome", kNames[i]}}, outcomes_[i].load(std::memory_order_relaxed));
+    }
+  }
+  if (w.family("latentgate_redis_errors_total",
+               "Redis operations that failed (unreachable, timed out, or refused), by operation.",
+               metrics::MetricType::kCounter)) {
+    static constexpr const char* kNames[kErrorOps] = {"admit", "settle", "release", "give_back", "refresh", "seed"};
+    for (size_t i = 0; i < kErrorOps; ++i) {
+      w.sample(metrics::Labels{{"op", kNames[i]}}, errors_[i].load(std::memory_order_relaxed));
+    }
+  }
+  w.counter("latentgate_redis_seeds_total",
+            "Budget periods whose shared spend was missing (Redis restarted or flushed, or never counted) and was "
+            "seeded from the ledger.",
+            seeds_.load(std::memory_order_relaxed));
+  w.gauge("latentgate_redis_pending_operations",
+          "Settlements, releases and token give-backs waiting to reach Redis (they grow while it is away).",
+          static_cast<uint64_t>(pendingOperations()));
+  w.gauge("latentgate_redis_live_reservations",
+          "Budget reservations this replica holds in Redis for requests still running.",
+          static_cast<uint64_t>(liveReservations()));
+  w.counter("latentgate_redis_dropped_operations_total",
+            "Settlements and releases never sent (Redis away through shutdown): the shared spend is below the "
+            "ledger by these until the period renews.",
+            dropped_ops_.load(std::memory_order_relaxed));
+}
+
+}  // namespace lg::billing::redis
