@@ -46,13 +46,15 @@ std::string LimitKeys::window(std::string_view team, BudgetScope scope, std::str
 
 namespace {
 
-// Shared by every script. Amounts are pico-dollars: a budget passes 2^53
-// (where Lua's numbers, doubles, stop being exact) at $9,007, so the scripts
-// never do arithmetic on amounts as numbers. Redis adds them exactly
-// (INCRBY, DECRBY, HINCRBY on int64 strings), and the one comparison,
-// spent + reserved + amount > limit, is done on two limbs of 10^9 that stay
-// far below 2^53 for any int64.
-constexpr const char* kPrelude = R"lua(
+// Pieces the scripts share, each script taking only those it uses (Lua
+// makes a closure of every local function on every call).
+//
+// Amounts are pico-dollars: a budget passes 2^53 (where Lua's numbers,
+// doubles, stop being exact) at $9,007, so the scripts never do arithmetic
+// on amounts as numbers. Redis adds them exactly (INCRBY, DECRBY, HINCRBY
+// on int64 strings), and the one comparison, spent + reserved + amount >
+// limit, is done on two limbs of 10^9 that stay far below 2^53 for any int64.
+constexpr const char* kExact = R"lua(
 local function big(s)
   if not s or string.sub(s, 1, 1) == '-' then return {0, 0} end
   local n = #s
@@ -67,17 +69,31 @@ end
 local function above(a, b)
   return a[1] > b[1] or (a[1] == b[1] and a[2] > b[2])
 end
--- Redis's clock, the one clock every replica's reservations expire by.
+)lua";
+
+// Redis's clock, the one clock every replica's reservations expire by
+// (milliseconds: about 1.8e12, exact in a double and written whole).
+constexpr const char* kNow = R"lua(
 local function nowMs()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- At least `ms` more to live, never less: another replica may hold longer.
-local function extend(key, ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+)lua";
+
+// A held set and its sum live at least `ms` more, never less (another
+// replica may hold longer); they always expire together.
+constexpr const char* kExtend = R"lua(
+local function extend(held, sum, ms)
+  if redis.call('PTTL', held) < ms then
+    redis.call('PEXPIRE', held, ms)
+    redis.call('PEXPIRE', sum, ms)
+  end
 end
--- Gives back what reservation `res` holds; 0 when it holds nothing (given
--- back already, settled, or expired).
+)lua";
+
+// Gives back what reservation `res` holds; 0 when it holds nothing (given
+// back already, settled, or expired).
+constexpr const char* kUnhold = R"lua(
 local function unhold(res, rid, kheld, ksum, theld, tsum)
   local r = redis.call('HMGET', res, 'a', 'k', 't')
   if not r[1] then return 0 end
@@ -107,47 +123,57 @@ for i = 1, nb do
   local b = {scope = ARGV[a], limit = ARGV[a + 1], spend = KEYS[k + 1], held = KEYS[k + 2], sum = KEYS[k + 3]}
   local seed, expire_at = ARGV[a + 2], tonumber(ARGV[a + 3])
   a = a + 4
-  if redis.call('HEXISTS', b.spend, 'seeded') == 0 then
+  local h = redis.call('HMGET', b.spend, 'spent', 'seeded')
+  b.spent = h[1]
+  if not h[2] then
     if seed == '' then
       unseeded[#unseeded + 1] = i
     else
-      -- Only the first seed counts (HEXISTS above, in this atomic script):
-      -- replicas that raced to seed one period do not add up.
+      -- Only the first seed counts ('seeded' read above, in this atomic
+      -- script): replicas that raced to seed one period do not add up.
       redis.call('HSET', b.spend, 'spent', seed, 'seeded', '1')
       if expire_at > 0 then redis.call('EXPIREAT', b.spend, expire_at) end
+      b.spent = seed
     end
   end
   budgets[i] = b
 end
 if #unseeded > 0 then return {3, unpack(unseeded)} end
-local now = nowMs()
-for i, b in ipairs(budgets) do
-  -- Reservations past their time belong to requests whose replica is gone.
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', b.held, '-inf', now)) do
-    if redis.call('ZREM', b.held, m) == 1 then redis.call('DECRBY', b.sum, string.match(m, ':(%d+)$')) end
-  end
-  local spent = redis.call('HGET', b.spend, 'spent')
-  local reserved = redis.call('GET', b.sum)
-  if above(add(add(big(spent), big(reserved)), big(amount)), big(b.limit)) then
-    return {1, i, spent or '0', reserved or '0'}
-  end
-end
 local nw = tonumber(ARGV[a])
 a = a + 1
+-- Every sum and window in one read (one slot: the team's).
+local reads = {}
+for i = 1, nb do reads[i] = budgets[i].sum end
+for j = 1, nw do reads[nb + j] = KEYS[1 + 3 * nb + j] end
+local values = {}
+if #reads > 0 then values = redis.call('MGET', unpack(reads)) end
+local now = nowMs()
+for i, b in ipairs(budgets) do
+  local reserved = values[i]
+  -- Reservations past their time belong to requests whose replica is gone.
+  local expired = redis.call('ZRANGEBYSCORE', b.held, '-inf', now)
+  if #expired > 0 then
+    for _, m in ipairs(expired) do
+      if redis.call('ZREM', b.held, m) == 1 then redis.call('DECRBY', b.sum, string.match(m, ':(%d+)$')) end
+    end
+    reserved = redis.call('GET', b.sum)
+  end
+  if above(add(add(big(b.spent), big(reserved)), big(amount)), big(b.limit)) then
+    return {1, i, b.spent or '0', reserved or '0'}
+  end
+end
 local windows = {}
 for j = 1, nw do
-  local w = {key = KEYS[1 + 3 * nb + j], limit = ARGV[a], need = ARGV[a + 1], ttl = ARGV[a + 2]}
+  local w = {key = KEYS[1 + 3 * nb + j], limit = ARGV[a], need = ARGV[a + 1], ttl = ARGV[a + 2], fresh = not values[nb + j]}
   a = a + 3
-  local count = redis.call('GET', w.key)
-  if above(add(big(count), big(w.need)), big(w.limit)) then return {2, j, count or '0'} end
+  if above(add(big(values[nb + j]), big(w.need)), big(w.limit)) then return {2, j, values[nb + j] or '0'} end
   windows[j] = w
 end
 local member = rid .. ':' .. amount
 local held = {k = '0', t = '0'}
 for _, b in ipairs(budgets) do
   if redis.call('ZADD', b.held, 'NX', now + ttl, member) == 1 then redis.call('INCRBY', b.sum, amount) end
-  extend(b.held, ttl)
-  extend(b.sum, ttl)
+  extend(b.held, b.sum, ttl)
   held[b.scope] = '1'
 end
 if nb > 0 then
@@ -157,7 +183,8 @@ end
 local out = {0}
 for j, w in ipairs(windows) do
   out[j + 1] = redis.call('INCRBY', w.key, w.need)
-  redis.call('EXPIRE', w.key, w.ttl)
+  -- The window's first charge made its counter: it expires after the window.
+  if w.fresh then redis.call('EXPIRE', w.key, w.ttl) end
 end
 return out
 )lua";
@@ -196,8 +223,7 @@ local expires = nowMs() + ttl
 local function hold(flag, heldk, sumk)
   if flag ~= '1' then return end
   if redis.call('ZADD', heldk, expires, member) == 1 then redis.call('INCRBY', sumk, amount) end
-  extend(heldk, ttl)
-  extend(sumk, ttl)
+  extend(heldk, sumk, ttl)
 end
 hold(ARGV[3], KEYS[3], KEYS[4])
 hold(ARGV[4], KEYS[5], KEYS[6])
@@ -221,10 +247,10 @@ return 1
 }  // namespace
 
 LimitScripts::LimitScripts()
-    : admit(std::string(kPrelude) + kAdmit),
-      settle(std::string(kPrelude) + kSettle),
-      release(std::string(kPrelude) + kRelease),
-      refresh(std::string(kPrelude) + kRefresh),
-      giveBack(std::string(kPrelude) + kGiveBack) {}
+    : admit(std::string(kExact) + kNow + kExtend + kAdmit),
+      settle(std::string(kUnhold) + kSettle),
+      release(std::string(kUnhold) + kRelease),
+      refresh(std::string(kNow) + kExtend + kRefresh),
+      giveBack(kGiveBack) {}
 
 }  // namespace lg::billing::redis

@@ -208,6 +208,14 @@ void RedisLimits::giveBack(const Principal& who, const RateCharge& charge, int64
 }
 
 void RedisLimits::releaseReservation(const BudgetReservation& r) {
+  {
+    std::lock_guard lock(mu_);
+    if (settling_.erase(r.requestId()) > 0) {
+      // Its settlement, queued before this, drops the reservation with it.
+      live_.erase(r.requestId());
+      return;
+    }
+  }
   const std::string& team = r.team();
   Op op{Op::Kind::kRelease,
         scripts_->release.call({keys_->reservation(team, r.requestId()), keys_->held(team, BudgetScope::kKey, r.keyId()),
@@ -240,9 +248,14 @@ void RedisLimits::committed(const LedgerEntry& entry) {
       keys.push_back(keys_->spend(team, scope, entry.key_id, p, budgetPeriodStart(p, at_s)));
     }
   }
-  enqueue({Op::Kind::kSettle,
-           scripts_->settle.call(keys, {entry.request_id, std::to_string(cost),
-                                        std::to_string(options_.reservation_ttl.count())})});
+  Op op{Op::Kind::kSettle, scripts_->settle.call(keys, {entry.request_id, std::to_string(cost),
+                                                        std::to_string(options_.reservation_ttl.count())})};
+  {
+    std::lock_guard lock(mu_);
+    if (live_.count(entry.request_id) > 0) settling_.insert(entry.request_id);
+    ops_.push_back(std::move(op));
+  }
+  cv_.notify_one();
 }
 
 void RedisLimits::enqueue(Op op) {
@@ -306,7 +319,7 @@ void RedisLimits::run() {
     round(lock, false);
     if (!ops_.empty()) cv_.wait_until(lock, std::min(until, ops_retry_at_));
   }
-  std::vector<std::unique_ptr<Job>> left = std::move(jobs_);
+  std::deque<std::unique_ptr<Job>> left = std::move(jobs_);
   jobs_.clear();
   if (!ops_.empty()) {
     // A settlement lost here leaves the shared spend below the ledger until
@@ -366,7 +379,7 @@ void RedisLimits::round(std::unique_lock<std::mutex>& lock, bool refresh) {
   std::vector<std::unique_ptr<Job>> jobs;
   while (!jobs_.empty() && jobs.size() < kMaxBatch) {
     jobs.push_back(std::move(jobs_.front()));
-    jobs_.erase(jobs_.begin());
+    jobs_.pop_front();
   }
   std::vector<Op> ops;
   if (Clock::now() >= ops_retry_at_) {

@@ -54,6 +54,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "billing/admission_limits.h"
@@ -175,12 +176,15 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
   std::condition_variable cv_;
   std::condition_variable flushed_;  // ops_ and ops_in_flight_ became empty
   std::condition_variable answered_;  // jobs_ and jobs_in_flight_ became empty
-  std::vector<std::unique_ptr<Job>> jobs_;         // guarded by mu_
+  std::deque<std::unique_ptr<Job>> jobs_;          // guarded by mu_
   std::deque<Op> ops_;                              // guarded by mu_
   size_t ops_in_flight_ = 0;                        // guarded by mu_: taken by the thread, not yet applied
   size_t jobs_in_flight_ = 0;                       // guarded by mu_: taken by the thread, not yet answered
   bool admitting_ = true;                           // guarded by mu_; false after stopAdmitting()
   std::unordered_map<std::string, Live> live_;      // guarded by mu_; by request id
+  // Live reservations whose entry's settlement is queued: the settlement
+  // drops the reservation, so their release sends nothing.
+  std::unordered_set<std::string> settling_;        // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::chrono::steady_clock::time_point ops_retry_at_{};  // guarded by mu_
   std::chrono::steady_clock::time_point next_refresh_{};  // guarded by mu_
