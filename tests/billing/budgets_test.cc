@@ -5,6 +5,7 @@
 // budgets set by the admin kept across reopening, soft-limit warnings once
 // per period, and a corrupt budget record refusing to open.
 #include "billing/budgets.h"
+#include "billing/spend_source.h"
 
 #include <atomic>
 #include <future>
@@ -243,6 +244,34 @@ TEST_F(BudgetsTest, WhatWasSpentIsReadBackAfterReopeningAndPeriodsRenew) {
   ASSERT_TRUE(commitAndWait(*ledger_, entryCosting("late", bob_, now, 3)).isOk());
   EXPECT_EQ(budgets_->statusOf(BudgetScope::kKey, bob_.key_id, tomorrow)->spent, 90);
   EXPECT_EQ(budgets_->statusOf(BudgetScope::kTeam, "team-x", tomorrow)->spent, 1025 + 90 + 3);
+}
+
+// What rebuilds counters shared through Redis (spend_source.h): the period
+// Budgets keeps from its memory, an earlier one from the ledger's counters.
+TEST_F(BudgetsTest, TheLedgerSpendSourceGivesEveryPeriodsSpend) {
+  const int64_t now = kJan1 + 31 * kDay + 12 * 3600;  // 2026-02-01T12:00Z
+  open({}, now);
+  ASSERT_TRUE(commitAndWait(*ledger_, entryCosting("jan", alice_, kJan1 + 3 * kDay, 1000)).isOk());
+  ASSERT_TRUE(commitAndWait(*ledger_, entryCosting("feb", alice_, now - 60, 20)).isOk());
+  ASSERT_TRUE(commitAndWait(*ledger_, entryCosting("bob", bob_, now - 60, 5)).isOk());
+  const LedgerSpendSource source(*budgets_, *ledger_);
+  auto spent = [&](BudgetScope scope, const std::string& id, BudgetPeriodSetting p, int64_t start) {
+    auto r = source.spent(scope, id, p, start);
+    EXPECT_TRUE(r.isOk()) << r.status().toString();
+    return r.isOk() ? *r : Int128{-1};
+  };
+  const int64_t feb = kJan1 + 31 * kDay;
+  EXPECT_EQ(spent(BudgetScope::kKey, alice_.key_id, BudgetPeriodSetting::kDay, feb), 20);
+  EXPECT_EQ(spent(BudgetScope::kKey, alice_.key_id, BudgetPeriodSetting::kMonth, feb), 20);
+  EXPECT_EQ(spent(BudgetScope::kKey, alice_.key_id, BudgetPeriodSetting::kTotal, 0), 1020);
+  EXPECT_EQ(spent(BudgetScope::kTeam, "team-x", BudgetPeriodSetting::kTotal, 0), 1025);
+  // January is no longer what Budgets keeps: read from the ledger.
+  EXPECT_FALSE(budgets_->spentIn(BudgetScope::kKey, alice_.key_id, BudgetPeriodSetting::kMonth, kJan1).has_value());
+  EXPECT_EQ(spent(BudgetScope::kKey, alice_.key_id, BudgetPeriodSetting::kMonth, kJan1), 1000);
+  EXPECT_EQ(spent(BudgetScope::kTeam, "team-x", BudgetPeriodSetting::kDay, kJan1 + 3 * kDay), 1000);
+  EXPECT_EQ(spent(BudgetScope::kTeam, "team-y", BudgetPeriodSetting::kDay, feb), 0);
+  // A later day than Budgets keeps starts empty.
+  EXPECT_EQ(spent(BudgetScope::kKey, alice_.key_id, BudgetPeriodSetting::kDay, feb + kDay), 0);
 }
 
 TEST_F(BudgetsTest, BudgetsSetByTheAdminOutliveRestartsAndClearingRestoresTheDefault) {
