@@ -125,6 +125,12 @@ const std::array kFields = {
     LG_FIELD("limits.team_requests_per_minute", limits.team_requests_per_minute),
     LG_FIELD("limits.team_tokens_per_minute", limits.team_tokens_per_minute),
     LG_FIELD("limits.key_usage_queries_per_minute", limits.key_usage_queries_per_minute),
+    LG_FIELD("limits.redis_url", limits.redis_url),
+    LG_FIELD("limits.redis_connect_timeout_ms", limits.redis_connect_timeout_ms),
+    LG_FIELD("limits.redis_command_timeout_ms", limits.redis_command_timeout_ms),
+    LG_FIELD("limits.redis_retry_ms", limits.redis_retry_ms),
+    LG_FIELD("limits.redis_reservation_ttl_s", limits.redis_reservation_ttl_s),
+    LG_FIELD("limits.redis_fallback_replicas", limits.redis_fallback_replicas),
     LG_FIELD("billing.prices", billing.prices),
     LG_FIELD("billing.key_budget", billing.key_budget),
     LG_FIELD("billing.team_budget", billing.team_budget),
@@ -586,6 +592,41 @@ Status validateConfig(const Config& c) {
                                     std::pair{"key_usage_queries_per_minute", c.limits.key_usage_queries_per_minute}}) {
     if (value < 0) return invalidArgument(std::string("limits.") + name + ": expected >= 0 (0 = unlimited), got " + std::to_string(value));
   }
+  if (!c.limits.redis_url.empty()) {
+    // The message shows the URL with its password hidden, never the password.
+    const std::string& url = c.limits.redis_url;
+    if (url.starts_with("rediss://")) {
+      return invalidArgument("limits.redis_url: rediss:// (TLS) is not supported by the hiredis LatentGate links; use "
+                             "redis:// on a trusted network or a unix:// socket, got " + quoteValue(redactUrlPassword(url)));
+    }
+    if (!url.starts_with("redis://") && !url.starts_with("unix://")) {
+      // Not echoed: a value that is no URL at all may be a bare password.
+      return invalidArgument("limits.redis_url: expected redis://[[user]:password@]host[:port][/db] or "
+                             "unix:///path/to/redis.sock (the value is not shown)");
+    }
+  }
+  for (const auto& [name, value, lo, hi] :
+       {std::tuple{"redis_connect_timeout_ms", c.limits.redis_connect_timeout_ms, 10, 60000},
+        std::tuple{"redis_command_timeout_ms", c.limits.redis_command_timeout_ms, 10, 60000},
+        std::tuple{"redis_retry_ms", c.limits.redis_retry_ms, 10, 600000},
+        std::tuple{"redis_fallback_replicas", c.limits.redis_fallback_replicas, 1, 1000}}) {
+    if (value < lo || value > hi) {
+      return invalidArgument(std::string("limits.") + name + ": expected " + std::to_string(lo) + ".." +
+                             std::to_string(hi) + ", got " + std::to_string(value));
+    }
+  }
+  {
+    // With Redis, a reservation must outlive the longest request that holds
+    // it even when its replica cannot extend it (Redis away for a while).
+    const int64_t request_s = (int64_t{c.server.request_timeout_ms} + 999) / 1000;
+    const int64_t lo = c.limits.redis_url.empty() ? 60 : std::max<int64_t>(60, request_s);
+    const int64_t ttl = c.limits.redis_reservation_ttl_s;
+    if (ttl < lo || ttl > 7 * 86400) {
+      return invalidArgument("limits.redis_reservation_ttl_s: expected " + std::to_string(lo) +
+                             " (at least 60 and server.request_timeout_ms) .. 604800 (7 days), got " +
+                             std::to_string(ttl));
+    }
+  }
   if (c.cache.io_threads < 0 || c.cache.io_threads > 64) {
     return invalidArgument("cache.io_threads: expected 0..64 (0 = one per core, at most 4), got " +
                            std::to_string(c.cache.io_threads));
@@ -645,6 +686,7 @@ std::string configToJson(const Config& config) {
   if (!config.server.metrics_token.empty()) out["server"]["metrics_token"] = "(set)";  // a secret too
   // May hold a password: shown with it hidden.
   if (!config.billing.postgres_url.empty()) out["billing"]["postgres_url"] = redactUrlPassword(config.billing.postgres_url);
+  if (!config.limits.redis_url.empty()) out["limits"]["redis_url"] = redactUrlPassword(config.limits.redis_url);
   return out.dump(2);
 }
 

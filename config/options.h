@@ -144,6 +144,21 @@ struct LimitOptions {
   int64_t team_tokens_per_minute = 0;
   // GET /v1/usage and /user/balance per API key (0 = unlimited).
   int64_t key_usage_queries_per_minute = 60;
+  // Budgets and the per-minute limits above shared by every replica through
+  // Redis (docs/billing.md, "Budgets and limits shared by replicas"):
+  // redis://[[user]:password@]host[:port][/db] or unix:///path/to/redis.sock;
+  // empty: each replica counts in its own memory, as always. A secret when
+  // it holds a password: never shown or logged whole.
+  std::string redis_url;
+  int redis_connect_timeout_ms = 200;
+  int redis_command_timeout_ms = 250;
+  int redis_retry_ms = 1000;              // after a failure, Redis is not tried again for this long
+  // How long a budget reservation outlives a replica that died holding it
+  // (a running request's is extended); at least server.request_timeout_ms.
+  int64_t redis_reservation_ttl_s = 900;
+  // While Redis is unreachable, each replica enforces 1/this of every
+  // per-minute limit on its own (budgets are refused instead: 503).
+  int redis_fallback_replicas = 1;
 };
 
 struct BillingOptions {

@@ -5,6 +5,8 @@
 #include "billing/postgres/ledger_drain.h"
 #include "billing/postgres/pg_ledger_reader.h"
 #include "billing/prompt_fingerprint.h"
+#include "billing/redis/redis_limits.h"
+#include "billing/spend_source.h"
 #include "cache/cache_config.h"
 #include "common/metrics.h"
 #include "common/unix_time.h"
@@ -55,6 +57,11 @@ struct Server::Parts {
   std::unique_ptr<billing::PriceBook> prices;
   std::optional<billing::SystemPromptFingerprinter> fingerprints;
   std::unique_ptr<billing::Budgets> budgets;  // observes the ledger: opened after it, but must outlive it
+  // limits.redis_url: budgets and rate limits shared by the replicas. Made
+  // after the ledger, which it observes too (after the budgets), and goes
+  // after it; its spend source reads the budgets and the ledger.
+  std::unique_ptr<billing::LedgerSpendSource> spend_source;
+  std::unique_ptr<billing::redis::RedisLimits> redis_limits;
   std::unique_ptr<billing::Ledger> ledger;
   // billing.postgres_url: drains the ledger's outbox. stop() flushes the
   // ledger and then makes the drain's final attempt; it goes before the
@@ -152,6 +159,21 @@ Status Server::Parts::openBilling() {
   limits.per_key = {config.limits.key_requests_per_minute, config.limits.key_tokens_per_minute};
   limits.per_team = {config.limits.team_requests_per_minute, config.limits.team_tokens_per_minute};
   rate_limiter = std::make_unique<billing::RateLimiter>(limits);
+  if (!config.limits.redis_url.empty()) {
+    // Redis away at start (or later) refuses budgeted requests and shares
+    // out the rate limits; the server starts and serves either way.
+    billing::redis::RedisLimitsOptions o;
+    o.redis.url = config.limits.redis_url;
+    o.redis.connect_timeout_ms = config.limits.redis_connect_timeout_ms;
+    o.redis.command_timeout_ms = config.limits.redis_command_timeout_ms;
+    o.redis.retry_ms = config.limits.redis_retry_ms;
+    o.reservation_ttl = std::chrono::seconds(config.limits.redis_reservation_ttl_s);
+    o.rate = limits;
+    o.fallback_replicas = config.limits.redis_fallback_replicas;
+    spend_source = std::make_unique<billing::LedgerSpendSource>(*budgets, *ledger);
+    LG_ASSIGN_OR_RETURN(redis_limits, billing::redis::RedisLimits::start(std::move(o), *budgets, *spend_source));
+    ledger->addObserver(redis_limits.get());
+  }
   metering = std::make_unique<billing::Metering>(
       billing::MeteringServices{ledger.get(), prices.get(), budgets.get(), &*fingerprints});
   return Status::ok();
@@ -161,7 +183,9 @@ Status Server::Parts::build() {
   LG_RETURN_IF_ERROR(openBilling());
   LG_ASSIGN_OR_RETURN(server_options, loadHttpServerOptions(config, &tls));
   LG_ASSIGN_OR_RETURN(std::optional<billing::AdminKey> metrics_token, Admission::metricsToken(config.server.metrics_token));
-  admission = std::make_unique<Admission>(*keys, *admin, std::move(metrics_token), *rate_limiter, *metering);
+  admission = redis_limits
+                  ? std::make_unique<Admission>(*keys, *admin, std::move(metrics_token), *redis_limits, *metering)
+                  : std::make_unique<Admission>(*keys, *admin, std::move(metrics_token), *rate_limiter, *metering);
 
   // cache.shared_namespaces: the cache lets each granted team read its
   // shared namespaces, and the gateway names them in the team's lookups.
@@ -247,6 +271,7 @@ Status Server::Parts::build() {
   registry.add([this](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
   if (drain) registry.add([this](metrics::ExpositionWriter& w) { drain->collect(w); });
+  if (redis_limits) registry.add([this](metrics::ExpositionWriter& w) { redis_limits->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { budgets->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { blocking_pool->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { dashboard->collect(w); });
@@ -282,9 +307,14 @@ void Server::Parts::addRoutes() {
                        static_cast<uint64_t>(config.server.max_control_body_bytes));
   // The drain's state is reported, never a reason to be unready: while
   // PostgreSQL is away the outbox holds and every commit still succeeds.
+  // Redis away is reported too, and is no reason to be unready either: the
+  // replicas share one Redis, so taking this one out of rotation would help
+  // no request, and requests without a budget still run (at this replica's
+  // share of the rate limits) while budgeted ones get a 503 each.
   addHealthRoutes(router, [this] {
     Readiness r{true, ""};
     if (drain) r.details.emplace_back("ledger_drain", std::string(billing::pg::drainStateName(drain->state())));
+    if (redis_limits) r.details.emplace_back("redis", std::string(billing::redis::redisStateName(redis_limits->state())));
     return r;
   });
   gateway->addRoutes(router);
@@ -320,6 +350,9 @@ void Server::stop(std::chrono::milliseconds grace) {
   // The scheduler refuses what waits; running streams finish or are cancelled.
   parts_->scheduler->shutdown(grace);
   parts_->server->stop(deadline);
+  // Admissions still waiting for Redis are answered now, while what their
+  // callbacks use (the generation call, the scheduler) is still here.
+  if (parts_->redis_limits) parts_->redis_limits->stopAdmitting();
   // Every entry the requests left is queued by now (the engine thread and the
   // I/O threads have ended): write them, then the drain's final attempt
   // takes them to PostgreSQL, everything a client saw complete included.

@@ -447,6 +447,45 @@ TEST(ConfigTest, PostgresUrlIsOptionalValidatedAndItsPasswordNeverShown) {
   }
 }
 
+// Issue 23: budgets and rate limits shared through Redis, off by default;
+// its timeouts and reservation TTL bounded; its password never shown.
+TEST(ConfigTest, RedisUrlIsOptionalValidatedAndItsPasswordNeverShown) {
+  ConfigSources sources;
+  auto c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_TRUE(c->limits.redis_url.empty());
+  EXPECT_EQ(c->limits.redis_reservation_ttl_s, 900);
+  EXPECT_EQ(c->limits.redis_fallback_replicas, 1);
+
+  sources.environment = {{"LATENTGATE_LIMITS_REDIS_URL", "redis://:hunter2-secret@cache:6380/1"},
+                         {"LATENTGATE_LIMITS_REDIS_FALLBACK_REPLICAS", "4"}};
+  c = loadConfig(sources);
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->limits.redis_url, "redis://:hunter2-secret@cache:6380/1");
+  EXPECT_EQ(c->limits.redis_fallback_replicas, 4);
+  const std::string shown = configToJson(*c);
+  EXPECT_EQ(shown.find("hunter2-secret"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("redis://:***@cache:6380/1"), std::string::npos) << shown;
+
+  for (const auto& env : std::vector<std::vector<std::pair<std::string, std::string>>>{
+           {{"LATENTGATE_LIMITS_REDIS_URL", "hunter2-secret"}},
+           {{"LATENTGATE_LIMITS_REDIS_URL", "rediss://:hunter2-secret@cache"}},
+           {{"LATENTGATE_LIMITS_REDIS_COMMAND_TIMEOUT_MS", "0"}},
+           {{"LATENTGATE_LIMITS_REDIS_FALLBACK_REPLICAS", "0"}},
+           {{"LATENTGATE_LIMITS_REDIS_RESERVATION_TTL_S", "30"}},
+           // With Redis, a reservation outlives the longest request.
+           {{"LATENTGATE_LIMITS_REDIS_URL", "redis://cache"}, {"LATENTGATE_SERVER_REQUEST_TIMEOUT_MS", "1200000"}}}) {
+    sources.environment = {env.begin(), env.end()};
+    auto bad = loadConfig(sources);
+    ASSERT_FALSE(bad.isOk()) << env.front().first;
+    EXPECT_NE(bad.status().message().find("limits.redis_"), std::string::npos) << bad.status().message();
+    EXPECT_EQ(bad.status().message().find("hunter2-secret"), std::string::npos) << bad.status().message();
+  }
+  // Without Redis the TTL is not tied to the request timeout.
+  sources.environment = {{"LATENTGATE_SERVER_REQUEST_TIMEOUT_MS", "1200000"}};
+  EXPECT_TRUE(loadConfig(sources).isOk());
+}
+
 // Issue 21, items 7-9: the limits' defaults, a size with a suffix, and each
 // bad value a clear start error naming its field.
 TEST(ConfigTest, StorageBlockingPoolAndSignInLimitsAreValidated) {
