@@ -3,8 +3,9 @@
 // loaded (cli/engine_loader.h: tokenizer, chat template, backend, prefix
 // cache), it builds and owns everything else: the scheduler, the billing
 // store with its keys, prices, ledger, budgets and stored responses, the
-// per-minute limits, admission, the generation call, the data plane
-// (proxy/gateway/), the admin API (proxy/admin/), the dashboard
+// per-minute limits (counted with the budgets in the Redis the replicas
+// share when limits.redis_url is set), admission, the generation call, the
+// data plane (proxy/gateway/), the admin API (proxy/admin/), the dashboard
 // (proxy/dashboard/), /metrics, the router with its blocking pool, and the
 // HTTPS server. `serve` and the integration tests (tests/integration/) build
 // the same object; a benchmark may hand it a backend of its own.
