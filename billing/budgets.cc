@@ -38,6 +38,17 @@ std::string storeKey(BudgetScope scope, std::string_view id) {
   return std::string(kBudgetPrefix) + std::string(budgetScopeName(scope)) + "/" + std::string(id);
 }
 
+// budget/<scope>/<id>: the scope and the id, or nothing for another key.
+std::optional<std::pair<BudgetScope, std::string>> parseStoreKey(std::string_view key) {
+  if (!key.starts_with(kBudgetPrefix)) return std::nullopt;
+  const std::string_view rest = key.substr(kBudgetPrefix.size());
+  const size_t slash = rest.find('/');
+  if (slash == std::string_view::npos || slash + 1 == rest.size()) return std::nullopt;
+  const std::string_view scope_name = rest.substr(0, slash);
+  if (scope_name != "key" && scope_name != "team") return std::nullopt;
+  return std::make_pair(scope_name == "key" ? BudgetScope::kKey : BudgetScope::kTeam, std::string(rest.substr(slash + 1)));
+}
+
 }  // namespace
 
 std::string_view budgetScopeName(BudgetScope scope) { return scope == BudgetScope::kKey ? "key" : "team"; }
@@ -113,19 +124,30 @@ Int128 Budgets::Spend::spentIn(BudgetPeriodSetting period) const {
 // ------------------------------------------------------------------ open
 
 Result<std::unique_ptr<Budgets>> Budgets::open(BillingDb& db, Ledger& ledger, BudgetOptions options, int64_t now_s) {
-  std::unique_ptr<Budgets> budgets(new Budgets(db, std::move(options)));
+  auto own = std::make_unique<LocalControlPlane>(db);
+  ControlPlane& control = *own;
+  return make(db, ledger, std::move(options), now_s, std::move(own), control);
+}
+
+Result<std::unique_ptr<Budgets>> Budgets::open(BillingDb& db, Ledger& ledger, BudgetOptions options, int64_t now_s,
+                                               ControlPlane& control) {
+  return make(db, ledger, std::move(options), now_s, nullptr, control);
+}
+
+Result<std::unique_ptr<Budgets>> Budgets::make(BillingDb& db, Ledger& ledger, BudgetOptions options, int64_t now_s,
+                                               std::unique_ptr<LocalControlPlane> own, ControlPlane& control) {
+  std::unique_ptr<Budgets> budgets(new Budgets(db, std::move(options), std::move(own), control));
   LG_RETURN_IF_ERROR(budgets->load(ledger, now_s));
   ledger.addObserver(budgets.get());
+  control.addApplier({std::string(kBudgetPrefix)}, budgets.get());
   return budgets;
 }
 
 Status Budgets::load(const Ledger& ledger, int64_t now_s) {
   Status parsed = Status::ok();
   LG_RETURN_IF_ERROR(db_.scan(kBudgetPrefix, [&](std::string_view key, std::string_view value) {
-    std::string_view rest = key.substr(kBudgetPrefix.size());
-    const size_t slash = rest.find('/');
-    const std::string_view scope_name = rest.substr(0, slash);
-    if (slash == std::string_view::npos || (scope_name != "key" && scope_name != "team")) {
+    const auto where = parseStoreKey(key);
+    if (!where) {
       parsed = dataLoss("billing store: an unknown budget record " + std::string(key));
       return false;
     }
@@ -135,7 +157,7 @@ Status Budgets::load(const Ledger& ledger, int64_t now_s) {
       parsed = dataLoss("billing store: the budget record " + std::string(key) + " is corrupt: " + b.status().message());
       return false;
     }
-    own_[scope_name == "key" ? 0 : 1].emplace(std::string(rest.substr(slash + 1)), *b);
+    own_[static_cast<size_t>(where->first)].emplace(where->second, *b);
     return true;
   }));
   LG_RETURN_IF_ERROR(parsed);
@@ -268,22 +290,48 @@ void Budgets::checkSoftLimitLocked(BudgetScope scope, const std::string& id, Spe
 }
 
 Status Budgets::set(BudgetScope scope, const std::string& id, const BudgetSetting& budget) {
-  // Under the lock, so that the store and memory agree on the last writer;
-  // budget changes are rare admin calls, and reserve() waits one fsync at most.
-  std::lock_guard lock(mu_);
-  LG_RETURN_IF_ERROR(db_.write({{storeKey(scope, id), budgetToJson(budget)}}));
-  own_[static_cast<size_t>(scope)][id] = budget;
-  return Status::ok();
+  // The control plane serializes changes and applies this one (applyControl,
+  // under mu_) before it returns; reserve() never waits for its write.
+  return control_.update("setting a budget", [&](ControlTxn& txn) {
+    txn.put(storeKey(scope, id), budgetToJson(budget));
+    return Status::ok();
+  });
 }
 
 Result<bool> Budgets::clear(BudgetScope scope, const std::string& id) {
+  bool had = false;
+  LG_RETURN_IF_ERROR(control_.update("clearing a budget", [&](ControlTxn& txn) -> Status {
+    const std::string key = storeKey(scope, id);
+    LG_ASSIGN_OR_RETURN(std::optional<std::string> current, txn.get(key));
+    had = current.has_value();
+    if (had) txn.erase(key);
+    return Status::ok();
+  }));
+  return had;
+}
+
+void Budgets::applyControl(const std::vector<ControlRecord>& records) {
   std::lock_guard lock(mu_);
-  auto& own = own_[static_cast<size_t>(scope)];
-  auto it = own.find(id);
-  if (it == own.end()) return false;
-  LG_RETURN_IF_ERROR(db_.write({}, {storeKey(scope, id)}));
-  own.erase(it);
-  return true;
+  for (const ControlRecord& r : records) {
+    const auto where = parseStoreKey(r.key);
+    if (!where) {
+      billingLog()->error("control records: an unknown budget record {}; not applied", r.key);
+      continue;
+    }
+    auto& own = own_[static_cast<size_t>(where->first)];
+    if (!r.value) {
+      own.erase(where->second);
+      continue;
+    }
+    auto b = parseBudget(*r.value, r.key);
+    if (!b.isOk()) {
+      // Written through the same codec everywhere: only damage gets here.
+      billingLog()->error("control records: the budget record {} is corrupt; not applied: {}", r.key,
+                          b.status().message());
+      continue;
+    }
+    own[where->second] = *b;
+  }
 }
 
 Budgets::Assigned Budgets::effective(BudgetScope scope, const std::string& id) const {

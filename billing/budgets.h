@@ -29,17 +29,20 @@
 // What was spent survives restarts: open() sums it from the ledger's hourly
 // counters for the current day, month and all time, before the ledger takes
 // any commit. Reservations are in memory only: a restart ends the requests
-// that held them. Budgets set by the admin API are kept in the billing store
-// (budget/key/<key id>, budget/team/<team>); billing.key_budget and
-// billing.team_budget apply to every key and team without one.
+// that held them. Budgets set by the admin API are control records
+// (budget/key/<key id>, budget/team/<team>; billing/control_plane.h): set
+// through the control plane and taken into memory when it applies them, so a
+// budget set on one replica applies on every replica once its follower
+// applied it; billing.key_budget and billing.team_budget apply to every key
+// and team without one.
 //
 // Soft limits warn: the first committed entry that brings a key's or team's
 // spending in a period to its soft limit logs a warning (ids and amounts, no
 // secrets) and counts in latentgate_budget_soft_limit_reached_total.
 //
 // Thread-safety: every method may be called from any thread; one mutex
-// guards the state, held for map lookups and additions only (no I/O, except
-// set() and clear(), which write the store outside it).
+// guards the state, held for map lookups and additions only (no I/O: set()
+// and clear() write through the control plane, outside it).
 #pragma once
 
 #include <atomic>
@@ -56,6 +59,7 @@
 
 #include "billing/billing_db.h"
 #include "billing/budget_view.h"
+#include "billing/control_plane.h"
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/settings.h"
@@ -131,21 +135,27 @@ struct BudgetOptions {
   BudgetSetting team_default;  // billing.team_budget
 };
 
-class Budgets final : public BudgetView, public CommitObserver, public ReservationHolder {
+class Budgets final : public BudgetView, public CommitObserver, public ReservationHolder, public ControlApplier {
  public:
   // Reads the budgets set before, sums what each key and team spent from the
   // ledger's counters, and observes the ledger's commits from then on. Open
   // it before the ledger takes commits (before serving): a commit between
-  // the sums and the observation would not be counted.
+  // the sums and the observation would not be counted. Budgets are set
+  // through a LocalControlPlane of its own.
   static Result<std::unique_ptr<Budgets>> open(BillingDb& db, Ledger& ledger, BudgetOptions options, int64_t now_s);
+  // The same, through `control` (whose store `db` is), which also hands it
+  // the budget records it applies; `control` must outlive it.
+  static Result<std::unique_ptr<Budgets>> open(BillingDb& db, Ledger& ledger, BudgetOptions options, int64_t now_s,
+                                               ControlPlane& control);
 
   // Admits a request that may cost up to `amount` pico-dollars, holding it
   // against both budgets of `who`, or refuses it holding nothing.
   std::variant<BudgetReservation, BudgetRefusal> reserve(const Principal& who, int64_t amount, int64_t now_s);
 
-  // The admin API: a key's or a team's own budget (a synced write; an
-  // enabled = false budget exempts it from the default), or back to the
-  // default (false: it had none of its own).
+  // The admin API: a key's or a team's own budget (a change of the control
+  // plane, in memory here when it returns; an enabled = false budget exempts
+  // it from the default), or back to the default (false: it had none of its
+  // own). Unavailable: the control plane's source of truth is unreachable.
   Status set(BudgetScope scope, const std::string& id, const BudgetSetting& budget);
   Result<bool> clear(BudgetScope scope, const std::string& id);
 
@@ -167,6 +177,8 @@ class Budgets final : public BudgetView, public CommitObserver, public Reservati
   std::optional<BudgetStatus> budgetOf(const Principal& who, int64_t now_s) const override;
   // CommitObserver: a committed entry's cost counts against its key and team.
   void committed(const LedgerEntry& entry) override;
+  // ControlApplier: budget/ records into memory.
+  void applyControl(const std::vector<ControlRecord>& records) override;
 
   // What `id` spent in the period of `period` that starts at `start_s`, as
   // counted here from this replica's ledger; nullopt when that period is no
@@ -194,7 +206,10 @@ class Budgets final : public BudgetView, public CommitObserver, public Reservati
   };
   using SpendMap = std::map<std::string, Spend, std::less<>>;
 
-  Budgets(BillingDb& db, BudgetOptions options) : db_(db), options_(std::move(options)) {}
+  Budgets(BillingDb& db, BudgetOptions options, std::unique_ptr<LocalControlPlane> own, ControlPlane& control)
+      : db_(db), options_(std::move(options)), own_control_(std::move(own)), control_(control) {}
+  static Result<std::unique_ptr<Budgets>> make(BillingDb& db, Ledger& ledger, BudgetOptions options, int64_t now_s,
+                                               std::unique_ptr<LocalControlPlane> own, ControlPlane& control);
   Status load(const Ledger& ledger, int64_t now_s);
   // ReservationHolder: a reservation made by reserve().
   void releaseReservation(const BudgetReservation& r) override;
@@ -206,6 +221,8 @@ class Budgets final : public BudgetView, public CommitObserver, public Reservati
 
   BillingDb& db_;
   const BudgetOptions options_;
+  std::unique_ptr<LocalControlPlane> own_control_;  // open() without a control plane: its own
+  ControlPlane& control_;
   mutable std::mutex mu_;
   std::array<std::map<std::string, BudgetSetting, std::less<>>, 2> own_;  // guarded by mu_; by scope
   mutable std::array<SpendMap, 2> spend_;                                 // guarded by mu_; by scope

@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/file_util.h"
 #include "common/hex.h"
+#include "common/logging.h"
 #include "common/secret_strength.h"
 #include "common/team_id.h"
 #include "common/unix_time.h"
@@ -78,9 +79,13 @@ std::optional<TeamInfo> teamFromJson(std::string_view text) {
   if (j.is_discarded() || !j.is_object() || !j.contains("id") || !j["id"].is_string()) return std::nullopt;
   TeamInfo t;
   t.id = j["id"].get<std::string>();
-  t.generation = j.value("generation", uint32_t{0});
-  t.since_us = j.value("since_us", int64_t{0});
-  t.deleted_us = j.value("deleted_us", int64_t{0});
+  try {
+    t.generation = j.value("generation", uint32_t{0});
+    t.since_us = j.value("since_us", int64_t{0});
+    t.deleted_us = j.value("deleted_us", int64_t{0});
+  } catch (const json::exception&) {
+    return std::nullopt;  // a field of the wrong type
+  }
   if (j.contains("key_ids") && j["key_ids"].is_array()) {
     for (const json& id : j["key_ids"]) {
       if (id.is_string()) t.key_ids.push_back(id.get<std::string>());
@@ -91,10 +96,47 @@ std::optional<TeamInfo> teamFromJson(std::string_view text) {
 
 std::string teamRecordKey(std::string_view id) { return std::string(kTeamPrefix) + std::string(id); }
 
+// A key record's info and the SHA-256 hex of the key, or nothing when damaged.
+std::optional<std::pair<ApiKeyInfo, std::string>> keyFromJson(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("sha256") || !j["sha256"].is_string()) return std::nullopt;
+  ApiKeyInfo info;
+  try {
+    info.id = j.value("id", "");
+    info.team = j.value("team", "");
+    info.name = j.value("name", "");
+    info.created_unix = j.value("created", int64_t{0});
+    info.hint = j.value("hint", "");
+    info.team_generation = j.value("team_generation", uint32_t{0});
+  } catch (const json::exception&) {
+    return std::nullopt;  // a field of the wrong type
+  }
+  return std::make_pair(std::move(info), j["sha256"].get<std::string>());
+}
+
+spdlog::logger* keyLog() {
+  static spdlog::logger* logger = componentLogger("billing");
+  return logger;
+}
+
 }  // namespace
 
+KeyStore::KeyStore(BillingDb& db, std::unique_ptr<LocalControlPlane> own, ControlPlane& control)
+    : db_(db), own_control_(std::move(own)), control_(control) {}
+
 Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db) {
-  std::unique_ptr<KeyStore> store(new KeyStore(db));
+  auto own = std::make_unique<LocalControlPlane>(db);
+  ControlPlane& control = *own;
+  return load(db, std::move(own), control);
+}
+
+Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db, ControlPlane& control) {
+  return load(db, nullptr, control);
+}
+
+Result<std::unique_ptr<KeyStore>> KeyStore::load(BillingDb& db, std::unique_ptr<LocalControlPlane> own,
+                                                 ControlPlane& control) {
+  std::unique_ptr<KeyStore> store(new KeyStore(db, std::move(own), control));
   Status bad;
   LG_RETURN_IF_ERROR(db.scan(kTeamPrefix, [&](std::string_view key, std::string_view value) {
     auto team = teamFromJson(value);
@@ -108,20 +150,13 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db) {
   LG_RETURN_IF_ERROR(bad);
   std::set<std::string> synthesized;
   LG_RETURN_IF_ERROR(db.scan(kKeyPrefix, [&](std::string_view key, std::string_view value) {
-    json j = json::parse(value, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("sha256") || !j["sha256"].is_string()) {
+    auto parsed = keyFromJson(value);
+    if (!parsed) {
       bad = dataLoss("billing store: key record " + std::string(key) + " is damaged");
       return false;
     }
-    ApiKeyInfo info;
-    info.id = j.value("id", "");
-    info.team = j.value("team", "");
-    info.name = j.value("name", "");
-    info.created_unix = j.value("created", int64_t{0});
-    info.hint = j.value("hint", "");
-    info.team_generation = j.value("team_generation", uint32_t{0});
-    // A key made before team records existed: its team gets one in memory,
-    // from its keys (written with the team's next change).
+    auto& [info, hash] = *parsed;
+    // A key made before team records existed: its team gets one, from its keys.
     auto [team, added] = store->teams_.try_emplace(info.team);
     if (added) {
       team->second.id = info.team;
@@ -133,10 +168,19 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db) {
       team->second.key_ids.push_back(info.id);
       team->second.since_us = std::min(team->second.since_us, info.created_unix * 1'000'000);
     }
-    store->by_hash_[j["sha256"].get<std::string>()] = std::move(info);
+    store->hash_of_[info.id] = hash;
+    store->by_hash_[hash] = std::move(info);
     return true;
   }));
   LG_RETURN_IF_ERROR(bad);
+  if (!synthesized.empty()) {
+    // Written now, directly (before any control plane shares the records):
+    // a deletion reads the team's keys from its record, on any replica.
+    std::vector<std::pair<std::string, std::string>> puts;
+    for (const std::string& id : synthesized) puts.emplace_back(teamRecordKey(id), toJson(store->teams_[id]).dump());
+    LG_RETURN_IF_ERROR(db.write(puts));
+  }
+  control.addApplier({std::string(kKeyPrefix), std::string(kTeamPrefix)}, store.get());
   return store;
 }
 
@@ -157,34 +201,38 @@ Result<std::pair<ApiKeyInfo, std::string>> KeyStore::create(std::string_view tea
   info.created_unix = unixSeconds();
   info.hint = key.substr(0, 7) + "...";
   const std::string hash_hex = hexLower(sha256Raw(key));
-  // Held across the write: the team's record and its keys change together,
-  // so a deletion cannot slip between the check and the new key.
-  std::unique_lock lock(mu_);
-  TeamInfo t;
-  if (auto it = teams_.find(team); it != teams_.end()) {
-    t = it->second;
-  } else {
-    t.id = std::string(team);
-    t.since_us = info.created_unix * 1'000'000;
-  }
-  if (t.deleted()) {
-    if (!reuse_deleted_team) {
-      return Status{StatusCode::kAlreadyExists, "team " + t.id +
-                                " was deleted; its id is not reused unless the request says "
-                                "\"reuse_deleted_team\": true (a new team under the old name, sharing nothing with it)"};
+  // The team's record and its new key change together in one transaction of
+  // the control plane: a deletion cannot slip between the check and the new
+  // key, and keys made at once (here or on another replica) are all listed.
+  LG_RETURN_IF_ERROR(control_.update("creating an API key", [&](ControlTxn& txn) -> Status {
+    LG_ASSIGN_OR_RETURN(std::optional<std::string> current, txn.get(teamRecordKey(team)));
+    TeamInfo t;
+    if (current) {
+      std::optional<TeamInfo> parsed = teamFromJson(*current);
+      if (!parsed) return dataLoss("control records: team record of " + std::string(team) + " is damaged");
+      t = std::move(*parsed);
+    } else {
+      t.id = std::string(team);
+      t.since_us = info.created_unix * 1'000'000;
     }
-    // The next generation: a fresh cache namespace and fingerprint scope.
-    t.generation += 1;
-    t.since_us = unixMicros();
-    t.deleted_us = 0;
-    t.key_ids.clear();
-  }
-  info.team_generation = t.generation;
-  t.key_ids.push_back(info.id);
-  LG_RETURN_IF_ERROR(db_.write({{std::string(kKeyPrefix) + info.id, toJson(info, hash_hex).dump()},
-                                {teamRecordKey(t.id), toJson(t).dump()}}));
-  by_hash_[hash_hex] = info;
-  teams_[t.id] = std::move(t);
+    if (t.deleted()) {
+      if (!reuse_deleted_team) {
+        return Status{StatusCode::kAlreadyExists, "team " + t.id +
+                                  " was deleted; its id is not reused unless the request says "
+                                  "\"reuse_deleted_team\": true (a new team under the old name, sharing nothing with it)"};
+      }
+      // The next generation: a fresh cache namespace and fingerprint scope.
+      t.generation += 1;
+      t.since_us = unixMicros();
+      t.deleted_us = 0;
+      t.key_ids.clear();
+    }
+    info.team_generation = t.generation;
+    t.key_ids.push_back(info.id);
+    txn.put(std::string(kKeyPrefix) + info.id, toJson(info, hash_hex).dump());
+    txn.put(teamRecordKey(t.id), toJson(t).dump());
+    return Status::ok();
+  }));
   return std::make_pair(std::move(info), key);
 }
 
@@ -201,15 +249,15 @@ std::vector<ApiKeyInfo> KeyStore::list() const {
 }
 
 Status KeyStore::revoke(std::string_view id) {
-  std::unique_lock lock(mu_);  // held across the write: a revoked key never authenticates after revoke() returns
-  auto it = std::find_if(by_hash_.begin(), by_hash_.end(), [&](const auto& e) { return e.second.id == id; });
-  if (it == by_hash_.end()) return notFound("no API key with id " + std::string(id));
-  LG_RETURN_IF_ERROR(db_.write({}, {std::string(kKeyPrefix) + std::string(id)}));
-  const ApiKeyInfo revoked = std::move(it->second);
-  by_hash_.erase(it);
-  lock.unlock();
-  notifyRevoked({revoked});
-  return Status::ok();
+  const std::string record = std::string(kKeyPrefix) + std::string(id);
+  // Applied here before update() returns: a revoked key never authenticates
+  // on this replica after revoke() returns.
+  return control_.update("revoking an API key", [&](ControlTxn& txn) -> Status {
+    LG_ASSIGN_OR_RETURN(std::optional<std::string> current, txn.get(record));
+    if (!current) return notFound("no API key with id " + std::string(id));
+    txn.erase(record);
+    return Status::ok();
+  });
 }
 
 void KeyStore::notifyRevoked(const std::vector<ApiKeyInfo>& revoked) {
@@ -225,28 +273,31 @@ void KeyStore::notifyRevoked(const std::vector<ApiKeyInfo>& revoked) {
 
 Result<DeletedTeam> KeyStore::deleteTeam(std::string_view team, int64_t now_us) {
   DeletedTeam out;
-  {
-    // Held across the write: no key of the team authenticates, and none can
-    // be made for it without reuse_deleted_team, once this returns.
-    std::unique_lock lock(mu_);
-    auto t = teams_.find(team);
-    if (t == teams_.end()) return notFound("no team " + std::string(team));
-    TeamInfo updated = t->second;
-    if (!updated.deleted()) updated.deleted_us = std::max<int64_t>(now_us, 1);
-    std::vector<std::string> deletes;
-    for (const auto& [hash, info] : by_hash_) {
-      if (info.team == team) {
-        deletes.push_back(std::string(kKeyPrefix) + info.id);
-        out.revoked.push_back(info);
-      }
+  // One transaction: no key of the team authenticates, and none can be made
+  // for it without reuse_deleted_team, once this returns. The keys are those
+  // its record lists (every key of this generation, wherever it was made),
+  // not those this replica happens to know yet.
+  LG_RETURN_IF_ERROR(control_.update("deleting a team", [&](ControlTxn& txn) -> Status {
+    out = DeletedTeam{};
+    LG_ASSIGN_OR_RETURN(std::optional<std::string> current, txn.get(teamRecordKey(team)));
+    if (!current) return notFound("no team " + std::string(team));
+    std::optional<TeamInfo> t = teamFromJson(*current);
+    if (!t) return dataLoss("control records: team record of " + std::string(team) + " is damaged");
+    std::vector<std::string> keys;
+    for (const std::string& id : t->key_ids) keys.push_back(std::string(kKeyPrefix) + id);
+    LG_ASSIGN_OR_RETURN(std::vector<std::optional<std::string>> values, txn.get(keys));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!values[i]) continue;  // revoked before
+      if (auto parsed = keyFromJson(*values[i])) out.revoked.push_back(parsed->first);
+      txn.erase(keys[i]);
     }
-    LG_RETURN_IF_ERROR(db_.write({{teamRecordKey(updated.id), toJson(updated).dump()}}, deletes));
-    std::erase_if(by_hash_, [&](const auto& e) { return e.second.team == team; });
-    t->second = updated;
-    out.team = std::move(updated);
-  }
-  // After the lock: the observers cancel the keys' requests in flight.
-  notifyRevoked(out.revoked);
+    if (!t->deleted()) {
+      t->deleted_us = std::max<int64_t>(now_us, 1);
+      txn.put(teamRecordKey(t->id), toJson(*t).dump());
+    }
+    out.team = std::move(*t);
+    return Status::ok();
+  }));
   return out;
 }
 
@@ -262,6 +313,70 @@ std::vector<TeamInfo> KeyStore::teams() const {
   std::vector<TeamInfo> out;
   for (const auto& [id, t] : teams_) out.push_back(t);
   return out;
+}
+
+void KeyStore::applyControl(const std::vector<ControlRecord>& records) {
+  std::vector<ApiKeyInfo> revoked;
+  std::vector<TeamInfo> deleted_elsewhere;
+  {
+    std::unique_lock lock(mu_);
+    for (const ControlRecord& r : records) {
+      if (r.key.starts_with(kKeyPrefix)) {
+        const std::string id = r.key.substr(kKeyPrefix.size());
+        auto old = hash_of_.find(id);
+        if (old != hash_of_.end() && !r.value) {
+          auto it = by_hash_.find(old->second);
+          revoked.push_back(std::move(it->second));
+          by_hash_.erase(it);
+          hash_of_.erase(old);
+          continue;
+        }
+        if (!r.value) continue;
+        auto parsed = keyFromJson(*r.value);
+        if (!parsed || parsed->first.id != id) {
+          keyLog()->error("control records: key record {} is damaged; not applied", r.key);
+          continue;
+        }
+        if (old != hash_of_.end()) by_hash_.erase(old->second);
+        hash_of_[id] = parsed->second;
+        by_hash_[parsed->second] = std::move(parsed->first);
+      } else if (r.key.starts_with(kTeamPrefix)) {
+        const std::string id = r.key.substr(kTeamPrefix.size());
+        if (!r.value) {
+          teams_.erase(id);  // never written: teams are kept, deleted or not
+          continue;
+        }
+        std::optional<TeamInfo> t = teamFromJson(*r.value);
+        if (!t || t->id != id) {
+          keyLog()->error("control records: team record {} is damaged; not applied", r.key);
+          continue;
+        }
+        auto it = teams_.find(id);
+        const bool newly_deleted =
+            t->deleted() && (it == teams_.end() || !it->second.deleted() || it->second.generation != t->generation);
+        if (newly_deleted && r.remote) deleted_elsewhere.push_back(*t);
+        teams_[id] = std::move(*t);
+      }
+    }
+  }
+  // After the lock: the observers cancel the keys' requests in flight and
+  // purge what this replica holds of a deleted team.
+  notifyRevoked(revoked);
+  if (!deleted_elsewhere.empty()) {
+    std::vector<std::function<void(const TeamInfo&)>> observers;
+    {
+      std::lock_guard observers_lock(observers_mu_);
+      observers = team_observers_;
+    }
+    for (const TeamInfo& t : deleted_elsewhere) {
+      for (const auto& observer : observers) observer(t);
+    }
+  }
+}
+
+void KeyStore::onTeamDeletedElsewhere(std::function<void(const TeamInfo&)> observer) {
+  std::lock_guard lock(observers_mu_);
+  team_observers_.push_back(std::move(observer));
 }
 
 void KeyStore::onRevoke(std::function<void(const ApiKeyInfo&)> observer) {

@@ -5,6 +5,14 @@
 // is hashed and looked up in memory; revoking a key removes it from memory
 // and from the store in one synced write, effective for the next request.
 //
+// Keys and teams are control records (billing/control_plane.h): every change
+// is a transaction of the ControlPlane run against the records as they are in
+// its source of truth (the billing store alone, or PostgreSQL shared by every
+// replica), and memory changes only when the control plane applies records
+// (applyControl), this replica's own or another's. So a key revoked on another
+// replica is removed here, and the revocation observers run here, when the
+// follower applies it (docs/billing.md, "The control plane").
+//
 // A key's team is its cache namespace (cache::TeamNamespace) and its billing
 // account.
 //
@@ -16,8 +24,9 @@
 // (reuse_deleted_team), which starts the next generation, a fresh cache
 // namespace and fingerprint scope (common/team_id.h: teamScope) in which
 // nothing of the earlier owner's can be hit. Keys made before team records
-// existed get a record in memory at open (generation 0), written with the
-// team's next change.
+// existed get a record at open (generation 0, listing their keys), written
+// into the billing store then, so that a deletion finds every key of the team
+// in its record wherever it runs.
 //
 // Thread-safety: all methods may be called concurrently.
 #pragma once
@@ -35,6 +44,7 @@
 #include <vector>
 
 #include "billing/billing_db.h"
+#include "billing/control_plane.h"
 #include "common/status.h"
 
 namespace lg::billing {
@@ -77,46 +87,74 @@ struct DeletedTeam {
   std::vector<ApiKeyInfo> revoked;    // the keys it revoked now (none when it was deleted before)
 };
 
-class KeyStore {
+class KeyStore final : public ControlApplier {
  public:
-  // Loads every key of the store into memory. `db` must outlive the store.
+  // Loads every key of the store into memory; changes go through a
+  // LocalControlPlane of its own. `db` must outlive the store.
   static Result<std::unique_ptr<KeyStore>> open(BillingDb& db);
+  // The same, with changes through `control` (whose store `db` is), which
+  // also hands this store the key and team records it applies. Both must
+  // outlive the store.
+  static Result<std::unique_ptr<KeyStore>> open(BillingDb& db, ControlPlane& control);
 
   // A new key for `team` (a valid team id, common/team_id.h) named `name`
   // (1..128 printable characters). Returns its info and the key itself, which
   // exists nowhere else afterwards. A deleted team's id is refused
   // (AlreadyExists) unless `reuse_deleted_team`, which starts the id's
-  // next generation; for a live team the flag changes nothing.
+  // next generation; for a live team the flag changes nothing. The team's
+  // record is read and rewritten in the control plane's transaction, so keys
+  // made at once on two replicas are both listed in it. Unavailable: the
+  // control plane's source of truth is unreachable (nothing made).
   Result<std::pair<ApiKeyInfo, std::string>> create(std::string_view team, std::string_view name,
                                                     bool reuse_deleted_team = false);
   std::vector<ApiKeyInfo> list() const;  // by creation, oldest first
-  Status revoke(std::string_view id);    // NotFound when no such key
-  // `observer` is told of every key revoked from now on, after the revocation
-  // is durable, on the revoking thread (the gateway cancels the key's
-  // requests in flight). It must not block and must outlive the store.
+  // NotFound when no such key; once it returns OK the key authenticates no
+  // more on this replica (on the others once their follower applied it).
+  Status revoke(std::string_view id);
+  // `observer` is told of every key revoked from now on (by revoke(), a team
+  // deletion, here or on another replica), once the revocation is durable
+  // here and the key no longer authenticates, on the thread that applied it
+  // (the gateway cancels the key's requests in flight). It must not block
+  // and must outlive the store.
   void onRevoke(std::function<void(const ApiKeyInfo&)> observer);
+  // `observer` is told of each team whose deletion another replica
+  // committed, once it is applied here (its keys already revoked here), on
+  // the follower's thread: this replica purges what it holds of the team.
+  // It must not block and must outlive the store.
+  void onTeamDeletedElsewhere(std::function<void(const TeamInfo&)> observer);
   // The key's principal, or nothing for an unknown or revoked key.
   std::optional<Principal> authenticate(std::string_view key) const;
 
-  // Revokes every key of `team` in one synced write (the revocation
-  // observers run for each, after it) and records the team deleted at
-  // `now_us`. NotFound for a team the store never knew. A team deleted
+  // Revokes every key of `team` (every key its record lists, wherever it was
+  // made) and records the team deleted at `now_us`, in one transaction (the
+  // revocation observers run for each key this replica held, after it).
+  // NotFound for a team the store never knew. A team deleted
   // before is returned as recorded, with nothing revoked, so that a retried
   // deletion can purge again what a failed one left.
   Result<DeletedTeam> deleteTeam(std::string_view team, int64_t now_us);
   std::optional<TeamInfo> team(std::string_view id) const;
   std::vector<TeamInfo> teams() const;  // by id
 
+  // ControlApplier: key/ and team/ records into memory; the keys it removes
+  // are told to the revocation observers, after the lock.
+  void applyControl(const std::vector<ControlRecord>& records) override;
+
  private:
-  explicit KeyStore(BillingDb& db) : db_(db) {}
+  KeyStore(BillingDb& db, std::unique_ptr<LocalControlPlane> own, ControlPlane& control);
+  static Result<std::unique_ptr<KeyStore>> load(BillingDb& db, std::unique_ptr<LocalControlPlane> own,
+                                                ControlPlane& control);
   void notifyRevoked(const std::vector<ApiKeyInfo>& revoked);
 
   BillingDb& db_;
+  std::unique_ptr<LocalControlPlane> own_control_;  // open(db) alone: the control plane this store made
+  ControlPlane& control_;
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, ApiKeyInfo> by_hash_;  // guarded by mu_: SHA-256 hex of the key -> info
+  std::unordered_map<std::string, std::string> hash_of_;  // guarded by mu_: key id -> its by_hash_ key
   std::map<std::string, TeamInfo, std::less<>> teams_;   // guarded by mu_: by team id
   std::mutex observers_mu_;
-  std::vector<std::function<void(const ApiKeyInfo&)>> observers_;  // guarded by observers_mu_
+  std::vector<std::function<void(const ApiKeyInfo&)>> observers_;       // guarded by observers_mu_
+  std::vector<std::function<void(const TeamInfo&)>> team_observers_;    // guarded by observers_mu_
 };
 
 // The admin key: from the configuration (LATENTGATE_ADMIN_KEY) when set, else

@@ -8,6 +8,7 @@
 
 #include "billing/settings_json.h"
 #include "common/decimal.h"
+#include "common/logging.h"
 
 namespace lg::billing {
 
@@ -127,7 +128,20 @@ std::string priceTableJson(const PriceTable& table) { return priceTableToJson(ta
 // ------------------------------------------------------------------ PriceBook
 
 Result<std::unique_ptr<PriceBook>> PriceBook::open(BillingDb& db, const PriceTable& configured, int64_t now_us) {
-  std::unique_ptr<PriceBook> book(new PriceBook(db));
+  auto own = std::make_unique<LocalControlPlane>(db);
+  ControlPlane& control = *own;
+  LG_ASSIGN_OR_RETURN(std::unique_ptr<PriceBook> book, load(db, std::move(own), control));
+  LG_RETURN_IF_ERROR(book->recordConfigured(configured, now_us));
+  return book;
+}
+
+Result<std::unique_ptr<PriceBook>> PriceBook::open(BillingDb& db, ControlPlane& control) {
+  return load(db, nullptr, control);
+}
+
+Result<std::unique_ptr<PriceBook>> PriceBook::load(BillingDb& db, std::unique_ptr<LocalControlPlane> own,
+                                                   ControlPlane& control) {
+  std::unique_ptr<PriceBook> book(new PriceBook(std::move(own), control));
   Status bad;
   LG_RETURN_IF_ERROR(db.scan(kPricePrefix, [&](std::string_view key, std::string_view value) {
     auto v = parseVersion(key, value);
@@ -139,16 +153,24 @@ Result<std::unique_ptr<PriceBook>> PriceBook::open(BillingDb& db, const PriceTab
     return true;
   }));
   LG_RETURN_IF_ERROR(bad);
-  const PriceVersion* last_config = nullptr;
-  for (const PriceVersion& v : book->versions_) {
-    if (v.source == "config") last_config = &v;
-  }
-  if (last_config == nullptr || !(last_config->table == configured)) {
-    // A configured table changed while the server was down takes effect
-    // now; what was billed before keeps the prices it recorded.
-    LG_RETURN_IF_ERROR(book->schedule(configured, now_us, now_us, "config").status());
-  }
+  control.addApplier({std::string(kPricePrefix)}, book.get());
   return book;
+}
+
+Status PriceBook::recordConfigured(const PriceTable& configured, int64_t now_us) {
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    const PriceVersion* last_config = nullptr;
+    for (const PriceVersion& v : versions_) {
+      if (v.source == "config") last_config = &v;
+    }
+    changed = last_config == nullptr || !(last_config->table == configured);
+  }
+  // A configured table changed while the server was down takes effect
+  // now; what was billed before keeps the prices it recorded.
+  if (changed) LG_RETURN_IF_ERROR(schedule(configured, now_us, now_us, "config").status());
+  return Status::ok();
 }
 
 Result<PriceVersion> PriceBook::schedule(const PriceTable& table, int64_t effective_us, int64_t now_us,
@@ -157,22 +179,47 @@ Result<PriceVersion> PriceBook::schedule(const PriceTable& table, int64_t effect
     return invalidArgument("the effective time is in the past: requests already priced then keep their prices; "
                            "schedule a change from now or later");
   }
-  // One schedule at a time, so versions are numbered in the order they
-  // become durable; lookups (mu_) do not wait for the synced write.
-  std::lock_guard writing(write_mu_);
   PriceVersion v;
+  int64_t next = 1;
   {
     std::lock_guard lock(mu_);
-    v.version = versions_.empty() ? 1 : versions_.back().version + 1;
+    if (!versions_.empty()) next = versions_.back().version + 1;
   }
   v.effective_us = effective_us;
   v.recorded_us = now_us;
   v.source = std::move(source);
   v.table = table;
-  LG_RETURN_IF_ERROR(db_.write({{versionKey(v.version), versionJson(v).dump()}}));
-  std::lock_guard lock(mu_);
-  versions_.push_back(v);
+  // The number is the first one the source of truth does not hold (this
+  // replica may not have applied the newest yet), taken in the control
+  // plane's transaction: versions are numbered in the order they commit.
+  LG_RETURN_IF_ERROR(control_.update("scheduling a price table", [&](ControlTxn& txn) -> Status {
+    for (v.version = next;; ++v.version) {
+      LG_ASSIGN_OR_RETURN(std::optional<std::string> taken, txn.get(versionKey(v.version)));
+      if (!taken) break;
+    }
+    txn.put(versionKey(v.version), versionJson(v).dump());
+    return Status::ok();
+  }));
   return v;
+}
+
+void PriceBook::applyControl(const std::vector<ControlRecord>& records) {
+  std::lock_guard lock(mu_);
+  for (const ControlRecord& r : records) {
+    if (!r.value) continue;  // versions are never erased
+    auto v = parseVersion(r.key, *r.value);
+    if (!v.isOk()) {
+      componentLogger("billing")->error("control records: {}; not applied", v.status().message());
+      continue;
+    }
+    auto at = std::lower_bound(versions_.begin(), versions_.end(), v->version,
+                               [](const PriceVersion& a, int64_t version) { return a.version < version; });
+    if (at != versions_.end() && at->version == v->version) {
+      *at = std::move(*v);
+    } else {
+      versions_.insert(at, std::move(*v));
+    }
+  }
 }
 
 const PriceVersion* PriceBook::inForceLocked(int64_t unix_us) const {

@@ -14,7 +14,10 @@
 // differs from the last configured one; PUT /admin/pricing schedules others.
 // The table in force at time t is the version with the latest effective time
 // <= t (the later version on a tie). A ledger entry records the rates it
-// applied and the version they came from.
+// applied and the version they came from. Versions are control records
+// (billing/control_plane.h): scheduled through the control plane, numbered
+// in its transaction (so two replicas never record the same number), and
+// taken into memory when it applies them, here or on every other replica.
 //
 // Thread-safety: PriceBook's methods may be called concurrently; the others
 // are values.
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "billing/billing_db.h"
+#include "billing/control_plane.h"
 #include "billing/settings.h"
 #include "common/decimal.h"
 #include "common/status.h"
@@ -109,31 +113,48 @@ struct PriceVersion {
   PriceTable table;
 };
 
-class PriceBook {
+class PriceBook final : public ControlApplier {
  public:
   // Loads the history from `db` (which must outlive the book) and records
-  // `configured` effective `now_us` when it differs from the last version
-  // whose source was "config" (or there is none).
+  // `configured` (recordConfigured), through a LocalControlPlane of its own.
   static Result<std::unique_ptr<PriceBook>> open(BillingDb& db, const PriceTable& configured, int64_t now_us);
+  // Loads the history from `db`; versions are scheduled through `control`
+  // (whose store `db` is), which also hands the book the versions it
+  // applies. Both must outlive the book.
+  static Result<std::unique_ptr<PriceBook>> open(BillingDb& db, ControlPlane& control);
+
+  // Records `configured` effective `now_us` when it differs from the last
+  // version whose source was "config" (or there is none). With replicas,
+  // the configured tables should agree: the one started last after a change
+  // records its table.
+  Status recordConfigured(const PriceTable& configured, int64_t now_us);
 
   // The rates for a request for `model` that started at `unix_us`.
   AppliedRates at(std::string_view model, int64_t unix_us) const;
 
-  // Records `table` effective at `effective_us` (synced). InvalidArgument
-  // when effective_us is before `now_us`: entries already priced by the
-  // table in force then would disagree with the history.
+  // Records `table` effective at `effective_us` (a change of the control
+  // plane, in force here when it returns). InvalidArgument when effective_us
+  // is before `now_us`: entries already priced by the table in force then
+  // would disagree with the history. Unavailable: the control plane's source
+  // of truth is unreachable.
   Result<PriceVersion> schedule(const PriceTable& table, int64_t effective_us, int64_t now_us, std::string source);
 
   std::vector<PriceVersion> history() const;  // by version
   // The version in force at `unix_us` (version 0, the defaults, before any).
   PriceVersion inForce(int64_t unix_us) const;
 
+  // ControlApplier: price/ records into memory (versions are never erased).
+  void applyControl(const std::vector<ControlRecord>& records) override;
+
  private:
-  explicit PriceBook(BillingDb& db) : db_(db) {}
+  PriceBook(std::unique_ptr<LocalControlPlane> own, ControlPlane& control)
+      : own_control_(std::move(own)), control_(control) {}
+  static Result<std::unique_ptr<PriceBook>> load(BillingDb& db, std::unique_ptr<LocalControlPlane> own,
+                                                 ControlPlane& control);
   const PriceVersion* inForceLocked(int64_t unix_us) const;
 
-  BillingDb& db_;
-  std::mutex write_mu_;                 // held by schedule() across its synced write
+  std::unique_ptr<LocalControlPlane> own_control_;  // open() without a control plane: its own
+  ControlPlane& control_;
   mutable std::mutex mu_;
   std::vector<PriceVersion> versions_;  // guarded by mu_, by version
 };
