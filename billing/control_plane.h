@@ -16,7 +16,7 @@
 // Implementations:
 //   LocalControlPlane (here): the billing store is the source of truth (one
 //     replica; what serve runs without billing.postgres_url).
-//   pg::PgControlPlane (billing/postgres/control_plane_pg.h): PostgreSQL is,
+//   pg::PgControlPlane (billing/postgres/pg_control_plane.h): PostgreSQL is,
 //     and a follower thread applies the other replicas' changes.
 //
 // Thread-safety: update() may be called from any thread, concurrently; a

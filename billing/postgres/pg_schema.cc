@@ -72,6 +72,26 @@ CREATE TABLE usage_hourly (
 );
 )sql";
 
+// Version 2: the control records shared by every replica (docs/billing.md,
+// "The control plane"): one row per record of the billing store's control
+// prefixes (key/, team/, budget/, price/, resppurge/), its value as the
+// store holds it, NULL once erased (the row stays, so that every replica
+// learns of the erasure). `seq` is control_seq's value of the transaction
+// that wrote the row last; writers take kControlLock first and draw it
+// inside that lock, so seq order is commit order and a follower that has
+// read every row up to seq s has seen every commit up to s.
+constexpr std::string_view kV2 = R"sql(
+CREATE SEQUENCE control_seq;
+CREATE TABLE control_records (
+  record_key  text PRIMARY KEY,
+  value       bytea,                  -- NULL: erased
+  seq         bigint NOT NULL,        -- control_seq of the last write
+  replica     text NOT NULL,          -- the replica that wrote it last
+  updated_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX control_records_seq ON control_records (seq);
+)sql";
+
 Status ensureMigrationsTable(pqxx::work& tx) {
   tx.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -84,6 +104,7 @@ Status ensureMigrationsTable(pqxx::work& tx) {
 const std::vector<Migration>& migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "ledger entries and hourly usage rollups", kV1},
+      {2, "control records shared by the replicas", kV2},
   };
   return kMigrations;
 }

@@ -9,6 +9,9 @@
 //                                                   the hourly rollups per key, team,
 //                                                   model and system prompt; counters
 //                                                   numeric(40,0), which no sum overflows
+//   control_records(record_key PRIMARY KEY, value, seq, replica, updated_at)
+//                                                   keys, teams, budgets, prices and purges
+//                                                   shared by the replicas (pg_control_plane.h)
 //
 // migrate() applies, in order, each migration that schema_migrations lacks,
 // each in its own transaction that first takes a transaction-level advisory
@@ -31,6 +34,9 @@ namespace lg::billing::pg {
 
 // pg_advisory_xact_lock's key for migrations ("LGSCHEMA" in ASCII).
 inline constexpr int64_t kMigrationLock = 0x4c47534348454d41;
+// pg_advisory_xact_lock's key for every write of control_records ("LGCONTRL"):
+// writes are serialized, so their seq order is their commit order.
+inline constexpr int64_t kControlLock = 0x4c47434f4e54524c;
 
 struct Migration {
   int version = 0;  // 1, 2, ...: the order they run in

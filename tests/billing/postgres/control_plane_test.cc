@@ -1,0 +1,489 @@
+// The control plane in PostgreSQL (billing/postgres/pg_control_plane.h):
+// replicas, each with its own billing store (a temporary directory) and the
+// real KeyStore, Budgets, PriceBook and Ledger, sharing one real, private
+// PostgreSQL (tests/support/postgres_server.h; a fresh database per test).
+// Keys, revocations, team deletions, budgets and prices made on one replica
+// reach the others within the stated bound (the follower's interval plus one
+// poll); concurrent changes lose nothing; an existing install seeds
+// PostgreSQL; PostgreSQL away refuses writes and keeps serving the last view.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "billing/billing_db.h"
+#include "billing/budgets.h"
+#include "billing/control_plane.h"
+#include "billing/key_store.h"
+#include "billing/ledger.h"
+#include "billing/postgres/pg_control_plane.h"
+#include "billing/prices.h"
+#include "common/metrics.h"
+#include "common/unix_time.h"
+#include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
+
+namespace lg::billing::pg {
+namespace {
+
+using namespace std::chrono_literals;
+using test::PostgresServer;
+
+PostgresServer* g_server = nullptr;
+
+class PostgresEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::string error;
+    server_ = PostgresServer::create(&error);
+    ASSERT_NE(server_, nullptr) << error;
+    g_server = server_.get();
+  }
+  void TearDown() override {
+    g_server = nullptr;
+    server_.reset();
+  }
+
+ private:
+  std::unique_ptr<PostgresServer> server_;
+};
+
+[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new PostgresEnvironment);
+
+// The bound a test holds the follower to: its interval plus one poll, with
+// room for a loaded machine (two shared cores).
+constexpr auto kInterval = 150ms;
+constexpr auto kBound = kInterval + 1500ms;
+
+// Waits (bounded by `limit`) until `done`; how long it took, or nullopt.
+std::optional<std::chrono::milliseconds> waitFor(const std::function<bool()>& done,
+                                                 std::chrono::milliseconds limit = 10s) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (done()) return elapsed;
+    if (elapsed > limit) return std::nullopt;
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+// One replica: a billing store of its own and the stores serve builds over
+// it, with PostgreSQL as their control plane (as proxy/server/server.cc).
+class Replica {
+ public:
+  explicit Replica(std::string url) : url_(std::move(url)) {}
+  ~Replica() { close(); }
+
+  Status open() {
+    LG_ASSIGN_OR_RETURN(db_, BillingDb::open(dir_.file("billing")));
+    ControlSyncOptions o;
+    o.postgres.url = url_;
+    o.postgres.connect_timeout_s = 1;
+    o.postgres.statement_timeout_ms = 5000;
+    o.interval = kInterval;
+    LG_ASSIGN_OR_RETURN(control_, PgControlPlane::create(*db_, o));
+    LG_ASSIGN_OR_RETURN(keys_, KeyStore::open(*db_, *control_));
+    LG_ASSIGN_OR_RETURN(prices_, PriceBook::open(*db_, *control_));
+    LG_ASSIGN_OR_RETURN(ledger_, Ledger::open(*db_));
+    LG_ASSIGN_OR_RETURN(budgets_, Budgets::open(*db_, *ledger_, {}, unixSeconds(), *control_));
+    keys_->onRevoke([this](const ApiKeyInfo& k) {
+      std::lock_guard lock(mu_);
+      revoked_.insert(k.id);
+    });
+    keys_->onTeamDeletedElsewhere([this](const TeamInfo& t) {
+      std::lock_guard lock(mu_);
+      teams_deleted_elsewhere_.insert(t.id);
+    });
+    LG_RETURN_IF_ERROR(control_->start());
+    return prices_->recordConfigured(PriceTable{}, unixMicros());
+  }
+  void close() {
+    if (control_) control_->stop();  // nothing applied to the stores from here on
+    budgets_.reset();
+    ledger_.reset();
+    prices_.reset();
+    keys_.reset();
+    control_.reset();
+    db_.reset();
+  }
+
+  KeyStore& keys() { return *keys_; }
+  Budgets& budgets() { return *budgets_; }
+  PriceBook& prices() { return *prices_; }
+  PgControlPlane& control() { return *control_; }
+  BillingDb& db() { return *db_; }
+  const std::string& dir() const { return dir_.path(); }
+  bool sawRevoked(const std::string& id) {
+    std::lock_guard lock(mu_);
+    return revoked_.contains(id);
+  }
+  bool sawTeamDeletedElsewhere(const std::string& team) {
+    std::lock_guard lock(mu_);
+    return teams_deleted_elsewhere_.contains(team);
+  }
+
+ private:
+  std::string url_;
+  test::TempDir dir_{"lg_control"};
+  std::unique_ptr<BillingDb> db_;
+  std::unique_ptr<PgControlPlane> control_;
+  std::unique_ptr<KeyStore> keys_;
+  std::unique_ptr<PriceBook> prices_;
+  std::unique_ptr<Ledger> ledger_;
+  std::unique_ptr<Budgets> budgets_;
+  std::mutex mu_;
+  std::set<std::string> revoked_;                  // guarded by mu_
+  std::set<std::string> teams_deleted_elsewhere_;  // guarded by mu_
+};
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(g_server, nullptr);
+    std::string error;
+    if (!g_server->running()) {
+      ASSERT_TRUE(g_server->start(&error)) << error;
+    }
+    static int n = 0;
+    const std::string db = "c" + std::to_string(++n);
+    ASSERT_TRUE(g_server->createDatabase(db, &error)) << error;
+    url_ = g_server->url(db);
+  }
+
+  std::unique_ptr<Replica> replica() {
+    auto r = std::make_unique<Replica>(url_);
+    const Status s = r->open();
+    EXPECT_TRUE(s.isOk()) << s.toString();
+    return s.isOk() ? std::move(r) : nullptr;
+  }
+
+  std::string url_;
+};
+
+TEST_F(ControlPlaneTest, AKeyMadeOnOneReplicaAuthenticatesOnTheOtherWithinTheBound) {
+  auto a = replica(), b = replica();
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->control().replicaId(), b->control().replicaId());
+  const uint64_t writes = a->control().stats().writes;  // the configured price table, recorded by the first
+  auto made = a->keys().create("acme", "ci bot");
+  ASSERT_TRUE(made.isOk()) << made.status().toString();
+  // On the replica that made it: at once.
+  ASSERT_TRUE(a->keys().authenticate(made->second).has_value());
+  const auto took = waitFor([&] { return b->keys().authenticate(made->second).has_value(); });
+  ASSERT_TRUE(took.has_value()) << "the key never reached the other replica";
+  EXPECT_LE(*took, kBound);
+  const auto who = b->keys().authenticate(made->second);
+  EXPECT_EQ(who->key_id, made->first.id);
+  EXPECT_EQ(who->team, "acme");
+  const auto team = b->keys().team("acme");
+  ASSERT_TRUE(team.has_value());
+  EXPECT_EQ(team->key_ids, std::vector<std::string>{made->first.id});
+  EXPECT_EQ(b->keys().list().size(), 1u);
+  EXPECT_EQ(b->control().state(), ControlSyncState::kSynced);
+  EXPECT_GE(b->control().stats().applied_remote, 2u);  // the key and its team
+  EXPECT_EQ(a->control().stats().writes, writes + 1);
+  metrics::ExpositionWriter w;
+  b->control().collect(w);
+  EXPECT_NE(w.text().find("latentgate_control_sync_age_seconds "), std::string::npos) << w.text();
+  EXPECT_NE(w.text().find("latentgate_control_sync_state{state=\"synced\"} 1"), std::string::npos) << w.text();
+}
+
+TEST_F(ControlPlaneTest, ARevocationOnOneReplicaIsRefusedByTheOtherWithinTheBoundAndItsObserverFires) {
+  auto a = replica(), b = replica();
+  ASSERT_TRUE(a && b);
+  auto made = a->keys().create("acme", "ci bot");
+  ASSERT_TRUE(made.isOk());
+  ASSERT_TRUE(waitFor([&] { return b->keys().authenticate(made->second).has_value(); }));
+  ASSERT_TRUE(b->keys().revoke(made->first.id).isOk());
+  // The revoking replica: refused once revoke() returned.
+  EXPECT_FALSE(b->keys().authenticate(made->second).has_value());
+  EXPECT_TRUE(b->sawRevoked(made->first.id));
+  // The other: within the bound, its observer told (it cancels the key's requests).
+  const auto took = waitFor([&] { return a->sawRevoked(made->first.id); });
+  ASSERT_TRUE(took.has_value()) << "the revocation never reached the other replica";
+  EXPECT_LE(*took, kBound);
+  EXPECT_FALSE(a->keys().authenticate(made->second).has_value());
+  EXPECT_TRUE(a->keys().list().empty());
+  // Revoked twice, from either side: NotFound, read from PostgreSQL.
+  EXPECT_EQ(a->keys().revoke(made->first.id).code(), StatusCode::kNotFound);
+  EXPECT_EQ(b->keys().revoke(made->first.id).code(), StatusCode::kNotFound);
+}
+
+TEST_F(ControlPlaneTest, DeletingATeamRevokesTheKeysMadeForItOnAnotherReplica) {
+  auto a = replica(), b = replica();
+  ASSERT_TRUE(a && b);
+  auto on_a = a->keys().create("acme", "made on a");
+  auto on_b = b->keys().create("acme", "made on b");
+  auto bystander = b->keys().create("other", "bystander");
+  ASSERT_TRUE(on_a.isOk() && on_b.isOk() && bystander.isOk());
+  // At once, before A's follower has necessarily seen B's key: the deletion
+  // reads the team's keys from PostgreSQL, not from A's view.
+  auto deleted = a->keys().deleteTeam("acme", unixMicros());
+  ASSERT_TRUE(deleted.isOk()) << deleted.status().toString();
+  std::set<std::string> revoked;
+  for (const ApiKeyInfo& k : deleted->revoked) revoked.insert(k.id);
+  EXPECT_EQ(revoked, (std::set<std::string>{on_a->first.id, on_b->first.id}));
+  EXPECT_TRUE(deleted->team.deleted());
+  EXPECT_FALSE(a->keys().authenticate(on_a->second).has_value());
+  EXPECT_FALSE(a->keys().authenticate(on_b->second).has_value());
+  // B: its own key refused within the bound, its observers told.
+  const auto took = waitFor([&] { return b->sawRevoked(on_b->first.id) && b->sawTeamDeletedElsewhere("acme"); });
+  ASSERT_TRUE(took.has_value());
+  EXPECT_LE(*took, kBound);
+  EXPECT_FALSE(b->keys().authenticate(on_b->second).has_value());
+  EXPECT_TRUE(b->keys().team("acme")->deleted());
+  EXPECT_TRUE(b->keys().authenticate(bystander->second).has_value());
+  EXPECT_FALSE(a->sawTeamDeletedElsewhere("acme")) << "A deleted it: its own admin call purges";
+  // The id is refused on both until reuse is asked for, which starts generation 1 everywhere.
+  EXPECT_EQ(b->keys().create("acme", "again").status().code(), StatusCode::kAlreadyExists);
+  auto reused = b->keys().create("acme", "again", /*reuse_deleted_team=*/true);
+  ASSERT_TRUE(reused.isOk()) << reused.status().toString();
+  EXPECT_EQ(reused->first.team_generation, 1u);
+  ASSERT_TRUE(waitFor([&] { return a->keys().authenticate(reused->second).has_value(); }));
+  EXPECT_EQ(a->keys().authenticate(reused->second)->team_generation, 1u);
+  EXPECT_EQ(a->keys().team("acme")->generation, 1u);
+}
+
+TEST_F(ControlPlaneTest, KeysMadeAtOnceOnTwoReplicasAreAllListedInTheirTeam) {
+  auto a = replica(), b = replica();
+  ASSERT_TRUE(a && b);
+  constexpr int kThreads = 2, kEach = 12;
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> made;  // id, key
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (Replica* r : {a.get(), b.get()}) {
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, r] {
+        for (int i = 0; i < kEach; ++i) {
+          auto k = r->keys().create("race", "k");
+          if (!k.isOk()) {
+            ++failures;
+            continue;
+          }
+          std::lock_guard lock(mu);
+          made.emplace_back(k->first.id, k->second);
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_EQ(made.size(), size_t{2 * kThreads * kEach});
+  std::set<std::string> ids;
+  for (const auto& [id, key] : made) ids.insert(id);
+  for (Replica* r : {a.get(), b.get()}) {
+    ASSERT_TRUE(r->control().syncNow().isOk());
+    const auto team = r->keys().team("race");
+    ASSERT_TRUE(team.has_value());
+    EXPECT_EQ(std::set<std::string>(team->key_ids.begin(), team->key_ids.end()), ids) << "a key id was lost";
+    EXPECT_EQ(team->key_ids.size(), ids.size());
+    for (const auto& [id, key] : made) EXPECT_TRUE(r->keys().authenticate(key).has_value()) << id;
+  }
+  // And a deletion on either revokes every one of them.
+  auto deleted = b->keys().deleteTeam("race", unixMicros());
+  ASSERT_TRUE(deleted.isOk());
+  EXPECT_EQ(deleted->revoked.size(), ids.size());
+}
+
+TEST_F(ControlPlaneTest, ABudgetSetOnOneReplicaBindsOnTheOther) {
+  auto a = replica(), b = replica();
+  ASSERT_TRUE(a && b);
+  auto made = a->keys().create("acme", "k");
+  ASSERT_TRUE(made.isOk());
+  const Principal who{made->first.id, "acme", "k"};
+  const int64_t now = unixSeconds();
+  BudgetSetting small;
+  small.enabled = true;
+  small.limit = 100;
+  small.soft_limit = 80;
+  small.period = BudgetPeriodSetting::kDay;
+  ASSERT_TRUE(a->budgets().set(BudgetScope::kKey, who.key_id, small).isOk());
+  EXPECT_TRUE(std::holds_alternative<BudgetRefusal>(a->budgets().reserve(who, 1000, now)));
+  const auto took = waitFor([&] { return !b->budgets().effective(BudgetScope::kKey, who.key_id).is_default; });
+  ASSERT_TRUE(took.has_value());
+  EXPECT_LE(*took, kBound);
+  EXPECT_TRUE(std::holds_alternative<BudgetRefusal>(b->budgets().reserve(who, 1000, now)));
+  EXPECT_TRUE(std::holds_alternative<BudgetReservation>(b->budgets().reserve(who, 50, now)));
+  // A team budget set on B, cleared on A.
+  ASSERT_TRUE(b->budgets().set(BudgetScope::kTeam, "acme", small).isOk());
+  auto cleared = a->budgets().clear(BudgetScope::kTeam, "acme");
+  ASSERT_TRUE(cleared.isOk());
+  EXPECT_TRUE(*cleared) << "the clear reads PostgreSQL, where B's budget is";
+  ASSERT_TRUE(b->control().syncNow().isOk());
+  EXPECT_TRUE(b->budgets().effective(BudgetScope::kTeam, "acme").is_default);
+  EXPECT_FALSE(*a->budgets().clear(BudgetScope::kTeam, "acme"));
+}
+
+TEST_F(ControlPlaneTest, APriceTableScheduledOnOneReplicaPricesTheOthersRequests) {
+  auto a = replica(), b = replica();
+  ASSERT_TRUE(a && b);
+  // Both started with the same configured table: recorded once.
+  ASSERT_TRUE(b->control().syncNow().isOk());
+  EXPECT_EQ(a->prices().history().size(), 1u);
+  EXPECT_EQ(b->prices().history().size(), 1u);
+  auto table = parsePriceTableJson(R"({"demo": {"input_cache_hit": "0.001", "input_cache_miss": "0.01", "output": "0.1"}})",
+                                   "prices");
+  ASSERT_TRUE(table.isOk());
+  const int64_t now = unixMicros();
+  auto v = a->prices().schedule(*table, now, now, "admin");
+  ASSERT_TRUE(v.isOk()) << v.status().toString();
+  EXPECT_EQ(v->version, 2);
+  const auto took = waitFor([&] { return b->prices().at("demo", now).version == 2; });
+  ASSERT_TRUE(took.has_value());
+  EXPECT_LE(*took, kBound);
+  EXPECT_EQ(b->prices().at("demo", now).rates, (Rates{1'000, 10'000, 100'000}));
+  // Scheduled at once on both: every version gets its own number, in commit order.
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (Replica* r : {a.get(), b.get()}) {
+    threads.emplace_back([&, r] {
+      for (int i = 0; i < 5; ++i) {
+        if (!r->prices().schedule(*table, now + 1'000'000, now, "admin").isOk()) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_TRUE(a->control().syncNow().isOk());
+  ASSERT_TRUE(b->control().syncNow().isOk());
+  const auto ha = a->prices().history(), hb = b->prices().history();
+  ASSERT_EQ(ha.size(), 12u);
+  ASSERT_EQ(hb.size(), 12u);
+  for (size_t i = 0; i < ha.size(); ++i) {
+    EXPECT_EQ(ha[i].version, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(hb[i].version, ha[i].version);
+    EXPECT_EQ(hb[i].recorded_us, ha[i].recorded_us);
+  }
+}
+
+TEST_F(ControlPlaneTest, AnExistingInstallSeedsPostgresAndOtherReplicasTakeItsRecords) {
+  test::TempDir install_dir{"lg_control_install"};
+  std::string key, key_id;
+  {
+    // A single-node install (no PostgreSQL): a key, a budget, a price version.
+    auto db = BillingDb::open(install_dir.file("billing"));
+    ASSERT_TRUE(db.isOk());
+    auto keys = KeyStore::open(**db);
+    ASSERT_TRUE(keys.isOk());
+    auto made = (*keys)->create("acme", "old key");
+    ASSERT_TRUE(made.isOk());
+    key = made->second;
+    key_id = made->first.id;
+    auto ledger = Ledger::open(**db);
+    ASSERT_TRUE(ledger.isOk());
+    auto budgets = Budgets::open(**db, **ledger, {}, unixSeconds());
+    ASSERT_TRUE(budgets.isOk());
+    BudgetSetting b;
+    b.enabled = true;
+    b.limit = 7;
+    b.soft_limit = 7;
+    ASSERT_TRUE((*budgets)->set(BudgetScope::kKey, key_id, b).isOk());
+    auto prices = PriceBook::open(**db, PriceTable{}, unixMicros());
+    ASSERT_TRUE(prices.isOk());
+  }
+  // The install, now with PostgreSQL: it seeds the empty table.
+  auto seeded = std::make_unique<Replica>(url_);
+  // Its billing store, moved into the replica's directory.
+  std::filesystem::copy(install_dir.file("billing"), seeded->dir() + "/billing", std::filesystem::copy_options::recursive);
+  ASSERT_TRUE(seeded->open().isOk());
+  EXPECT_TRUE(seeded->keys().authenticate(key).has_value());
+  // A new replica takes everything from PostgreSQL before it serves.
+  auto fresh = replica();
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(fresh->keys().authenticate(key).has_value());
+  EXPECT_EQ(fresh->budgets().effective(BudgetScope::kKey, key_id).budget.limit, 7);
+  EXPECT_EQ(fresh->prices().history().size(), 1u);
+  EXPECT_TRUE(fresh->keys().team("acme").has_value());
+  // Revoked on the fresh one, refused on the old one.
+  ASSERT_TRUE(fresh->keys().revoke(key_id).isOk());
+  ASSERT_TRUE(waitFor([&] { return !seeded->keys().authenticate(key).has_value(); }));
+  // Another installation with keys of its own is not merged in.
+  test::TempDir other_dir{"lg_control_other"};
+  {
+    auto db = BillingDb::open(other_dir.file("billing"));
+    ASSERT_TRUE(db.isOk());
+    auto keys = KeyStore::open(**db);
+    ASSERT_TRUE(keys.isOk());
+    ASSERT_TRUE((*keys)->create("elsewhere", "k").isOk());
+  }
+  auto other = std::make_unique<Replica>(url_);
+  std::filesystem::copy(other_dir.file("billing"), other->dir() + "/billing", std::filesystem::copy_options::recursive);
+  const Status refused = other->open();
+  EXPECT_EQ(refused.code(), StatusCode::kAlreadyExists) << refused.toString();
+}
+
+TEST_F(ControlPlaneTest, WithPostgresAwayWritesAreUnavailableAndTheLastViewServesUntilItIsBack) {
+  auto a = replica(), b = replica();
+  ASSERT_TRUE(a && b);
+  auto made = a->keys().create("acme", "k");
+  auto doomed = a->keys().create("acme", "doomed");
+  ASSERT_TRUE(made.isOk() && doomed.isOk());
+  ASSERT_TRUE(b->control().syncNow().isOk());
+  g_server->stop();
+  // Writes: refused, nothing changed.
+  auto refused = a->keys().create("acme", "not made");
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().toString();
+  EXPECT_EQ(b->keys().revoke(doomed->first.id).code(), StatusCode::kUnavailable);
+  BudgetSetting budget;
+  budget.enabled = true;
+  budget.limit = 1;
+  EXPECT_EQ(a->budgets().set(BudgetScope::kTeam, "acme", budget).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(a->prices().schedule(PriceTable{}, unixMicros() + 1, unixMicros(), "admin").status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(a->control().stats().write_failures + b->control().stats().write_failures, 4u);
+  // Reads: the last view, on both.
+  for (Replica* r : {a.get(), b.get()}) {
+    EXPECT_TRUE(r->keys().authenticate(made->second).has_value());
+    EXPECT_TRUE(r->keys().authenticate(doomed->second).has_value());
+    EXPECT_EQ(r->keys().list().size(), 2u);
+    EXPECT_TRUE(r->budgets().effective(BudgetScope::kTeam, "acme").is_default);
+  }
+  EXPECT_FALSE(b->control().syncNow().isOk());
+  EXPECT_EQ(b->control().state(), ControlSyncState::kStale);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_GT(b->control().syncAgeSeconds(), 0.25);
+  // Back: the follower resumes, and a revocation made then is refused everywhere.
+  std::string error;
+  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(waitFor([&] { return b->control().state() == ControlSyncState::kSynced; }));
+  ASSERT_TRUE(b->keys().revoke(doomed->first.id).isOk());
+  const auto took = waitFor([&] { return !a->keys().authenticate(doomed->second).has_value(); });
+  ASSERT_TRUE(took.has_value());
+  EXPECT_LE(*took, kBound);
+  EXPECT_TRUE(a->sawRevoked(doomed->first.id));
+  EXPECT_LT(a->control().syncAgeSeconds(), 5.0);
+  EXPECT_EQ(a->keys().team("acme")->key_ids.size(), 2u) << "the refused creation left nothing";
+}
+
+TEST_F(ControlPlaneTest, AReplicaThatSyncedBeforeStartsOnItsLastViewWhilePostgresIsAway) {
+  auto a = replica();
+  ASSERT_TRUE(a);
+  auto made = a->keys().create("acme", "k");
+  ASSERT_TRUE(made.isOk());
+  a->close();
+  g_server->stop();
+  ASSERT_TRUE(a->open().isOk()) << "a replica that synced before serves its last view";
+  EXPECT_TRUE(a->keys().authenticate(made->second).has_value());
+  EXPECT_EQ(a->control().state(), ControlSyncState::kStale);
+  // One that never synced has no view to serve.
+  Replica fresh(url_);
+  EXPECT_EQ(fresh.open().code(), StatusCode::kUnavailable);
+  std::string error;
+  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(waitFor([&] { return a->control().state() == ControlSyncState::kSynced; }));
+  // Back in step: a revocation made elsewhere reaches it.
+  auto other = replica();
+  ASSERT_TRUE(other);
+  ASSERT_TRUE(other->keys().revoke(made->first.id).isOk());
+  ASSERT_TRUE(waitFor([&] { return !a->keys().authenticate(made->second).has_value(); }));
+}
+
+}  // namespace
+}  // namespace lg::billing::pg
