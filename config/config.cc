@@ -141,6 +141,7 @@ const std::array kFields = {
     LG_FIELD("billing.postgres_retry_min_ms", billing.postgres_retry_min_ms),
     LG_FIELD("billing.postgres_retry_max_ms", billing.postgres_retry_max_ms),
     LG_FIELD("billing.postgres_shutdown_drain_ms", billing.postgres_shutdown_drain_ms),
+    LG_FIELD("billing.control_sync_interval_ms", billing.control_sync_interval_ms),
 };
 #undef LG_FIELD
 
@@ -443,7 +444,8 @@ Status validateConfig(const Config& c) {
         std::tuple{"postgres_drain_interval_ms", c.billing.postgres_drain_interval_ms, 10, 60000},
         std::tuple{"postgres_retry_min_ms", c.billing.postgres_retry_min_ms, 10, 600000},
         std::tuple{"postgres_retry_max_ms", c.billing.postgres_retry_max_ms, c.billing.postgres_retry_min_ms, 3600000},
-        std::tuple{"postgres_shutdown_drain_ms", c.billing.postgres_shutdown_drain_ms, 0, 600000}}) {
+        std::tuple{"postgres_shutdown_drain_ms", c.billing.postgres_shutdown_drain_ms, 0, 600000},
+        std::tuple{"control_sync_interval_ms", c.billing.control_sync_interval_ms, 10, 60000}}) {
     if (value < lo || value > hi) {
       return invalidArgument(std::string("billing.") + name + ": expected " + std::to_string(lo) + ".." +
                              std::to_string(hi) + (std::string_view(name) == "postgres_retry_max_ms" ?

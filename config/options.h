@@ -179,6 +179,11 @@ struct BillingOptions {
   int postgres_retry_min_ms = 500;          // backoff after a failed drain, doubling ...
   int postgres_retry_max_ms = 30000;        // ... up to this
   int postgres_shutdown_drain_ms = 2000;    // the final drain at shutdown starts no batch after this
+  // With postgres_url, keys, teams, budgets and prices are shared through
+  // PostgreSQL (docs/billing.md, "The control plane"): how often each replica
+  // polls for the others' changes. A key revoked on one replica is refused
+  // by every other within this plus one poll query.
+  int control_sync_interval_ms = 1000;
 };
 
 struct Config {

@@ -382,9 +382,10 @@ Status PgControlPlane::update(std::string_view what, const Change& change) {
     });
     if (!s.isOk()) {
       write_failures_.fetch_add(1, std::memory_order_relaxed);
+      // Session::run's message names `what` already.
       return s.code() == StatusCode::kUnavailable
-                 ? unavailable(std::string(what) + ": the control records' PostgreSQL is unavailable, nothing was " +
-                               "changed unless the message says the outcome is unknown: " +
+                 ? unavailable("PostgreSQL, the control records' source of truth, is unavailable; nothing was changed "
+                               "unless this says the commit's outcome is unknown: " +
                                redactPasswordIn(s.message(), options_.postgres.url))
                  : s;
     }

@@ -10,6 +10,7 @@
 
 #include "common/unix_time.h"
 #include "proxy/admin/budget_api.h"
+#include "proxy/admin/control_errors.h"
 #include "proxy/http/http_errors.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/sse.h"  // jsonText
@@ -111,8 +112,7 @@ void BillingApi::putPricing(const HttpRequest& request, std::shared_ptr<Exchange
     if (version.status().code() == StatusCode::kInvalidArgument) {
       return respondWithApiError(*exchange, badParam("effective_at", version.status().message()));
     }
-    proxyLog()->error("recording prices failed: {}", version.status().toString());
-    return respondWithApiError(*exchange, openai::internalError());
+    return respondWithApiError(*exchange, controlPlaneError(version.status(), "recording prices"));
   }
   proxyLog()->info("admin scheduled prices version {} effective {}", version->version, isoTime(effective / kUsPerS));
   exchange->respond(200, jsonHeaders(), openai::jsonText(versionJson(*version)));

@@ -7,6 +7,7 @@
 #include "billing/settings_json.h"
 #include "common/team_id.h"
 #include "common/unix_time.h"
+#include "proxy/admin/control_errors.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/sse.h"  // jsonText
 #include "proxy/http/http_errors.h"
@@ -114,16 +115,12 @@ void BudgetApi::one(const HttpRequest& request, std::shared_ptr<Exchange> exchan
       return respondWithApiError(*exchange, openai::invalidRequest("budget", "invalid_value", budget.status().message()));
     }
     if (Status s = budgets_.set(scope, id, *budget); !s.isOk()) {
-      proxyLog()->error("setting a budget failed: {}", s.toString());
-      return respondWithApiError(*exchange, openai::internalError());
+      return respondWithApiError(*exchange, controlPlaneError(s, "setting a budget"));
     }
     proxyLog()->info("admin set the budget of {} {}: {}", billing::budgetScopeName(scope), id, budgetToJson(*budget));
   } else if (request.method == "DELETE") {
     auto cleared = budgets_.clear(scope, id);
-    if (!cleared.isOk()) {
-      proxyLog()->error("clearing a budget failed: {}", cleared.status().toString());
-      return respondWithApiError(*exchange, openai::internalError());
-    }
+    if (!cleared.isOk()) return respondWithApiError(*exchange, controlPlaneError(cleared.status(), "clearing a budget"));
     if (!*cleared) return respondWithApiError(*exchange, notFound("This " + std::string(billing::budgetScopeName(scope)) +
                                                                   " has no budget of its own."));
     proxyLog()->info("admin cleared the budget of {} {}", billing::budgetScopeName(scope), id);

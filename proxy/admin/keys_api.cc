@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/admin/control_errors.h"
 #include "proxy/http/http_errors.h"
 #include "proxy/http/proxy_log.h"
 #include "proxy/openai/api_error.h"
@@ -54,8 +55,7 @@ void KeysApi::create(const HttpRequest& request, std::shared_ptr<Exchange> excha
       const std::string param = created.status().message().rfind("name", 0) == 0 ? "name" : "team";
       return respondWithApiError(*exchange, openai::invalidRequest(param, "invalid_value", created.status().message()));
     }
-    proxyLog()->error("creating an API key failed: {}", created.status().toString());
-    return respondWithApiError(*exchange, openai::internalError());
+    return respondWithApiError(*exchange, controlPlaneError(created.status(), "creating an API key"));
   }
   const auto& [info, key] = *created;
   proxyLog()->info("admin created API key {} for team {} (generation {})", info.id, info.team, info.team_generation);
@@ -81,10 +81,7 @@ void KeysApi::revoke(const HttpRequest& request, std::shared_ptr<Exchange> excha
     e.http_status = 404;
     return respondWithApiError(*exchange, e);
   }
-  if (!s.isOk()) {
-    proxyLog()->error("revoking API key failed: {}", s.toString());
-    return respondWithApiError(*exchange, openai::internalError());
-  }
+  if (!s.isOk()) return respondWithApiError(*exchange, controlPlaneError(s, "revoking API key " + id));
   proxyLog()->info("admin revoked API key {}", id);
   exchange->respond(200, jsonHeaders(), json{{"id", id}, {"object", "api_key"}, {"deleted", true}}.dump());
 }

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/unix_time.h"
+#include "proxy/admin/control_errors.h"
 #include "proxy/admin/usage_json.h"  // parseQuery
 #include "proxy/http/http_errors.h"
 #include "proxy/http/proxy_log.h"
@@ -35,6 +37,17 @@ void ResponsesAdminApi::purge(const HttpRequest& request, std::shared_ptr<Exchan
       if (k.team == team->second) owners.push_back(k.id);
     }
   }
+  // Every replica purges these keys' records (replica_purges.h): recorded
+  // first, so that a purge refused for PostgreSQL purges nowhere.
+  const std::string at = json{{"at_us", unixMicros()}}.dump();
+  Status recorded = control_.update("purging stored responses", [&](billing::ControlTxn& txn) {
+    for (const std::string& owner : owners) {
+      const std::string record = "resppurge/" + owner;
+      if (billing::wellFormedControlKey(record)) txn.put(record, at);  // an id no key has is purged nowhere
+    }
+    return Status::ok();
+  });
+  if (!recorded.isOk()) return respondWithApiError(*exchange, controlPlaneError(recorded, "purging stored responses"));
   int64_t purged = 0;
   for (const std::string& owner : owners) {
     auto n = responses_.purgeOwner(owner);

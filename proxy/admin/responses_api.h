@@ -9,11 +9,16 @@
 // `team` purges the team's keys the key store lists (its live keys); a
 // revoked key's records are purged by its id (usage and the ledger name it).
 // The admin key only; it runs on the blocking pool's admin lane (a scan and
-// synced writes).
+// synced writes). With replicas, the purge is first recorded in the control
+// plane (resppurge/<key id>, one per key; 503 control_plane_unavailable and
+// nothing purged while PostgreSQL is unreachable), and every other replica
+// purges what it holds of those keys once its follower applied it
+// (replica_purges.h); the counts are this replica's.
 //
 // Thread-safety: routes may run on every thread at once.
 #pragma once
 
+#include "billing/control_plane.h"
 #include "billing/key_store.h"
 #include "proxy/gateway/admission.h"
 #include "proxy/gateway/response_store.h"
@@ -24,8 +29,9 @@ namespace lg::proxy {
 class ResponsesAdminApi {
  public:
   // Everything must outlive the server.
-  ResponsesAdminApi(ResponseStore& responses, const billing::KeyStore& keys, const Admission& admission)
-      : responses_(responses), keys_(keys), admission_(admission) {}
+  ResponsesAdminApi(ResponseStore& responses, const billing::KeyStore& keys, billing::ControlPlane& control,
+                    const Admission& admission)
+      : responses_(responses), keys_(keys), control_(control), admission_(admission) {}
 
   void addRoutes(Router& router) const;
 
@@ -34,6 +40,7 @@ class ResponsesAdminApi {
 
   ResponseStore& responses_;
   const billing::KeyStore& keys_;
+  billing::ControlPlane& control_;
   const Admission& admission_;
 };
 

@@ -6,6 +6,7 @@
 
 #include "common/team_id.h"
 #include "common/unix_time.h"
+#include "proxy/admin/control_errors.h"
 #include "proxy/admin/usage_json.h"
 #include "proxy/http/http_errors.h"
 #include "proxy/http/proxy_log.h"
@@ -58,22 +59,8 @@ void TeamsApi::list(const HttpRequest&, std::shared_ptr<Exchange> exchange) cons
   exchange->respond(200, jsonHeaders(), json{{"object", "list"}, {"data", data}}.dump());
 }
 
-void TeamsApi::remove(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const {
-  const std::string team = request.path.substr(std::string_view("/admin/teams/").size());
-  if (Status s = checkTeamId(team); !s.isOk()) {
-    return respondWithApiError(*exchange, openai::invalidRequest("team", "invalid_value", s.message()));
-  }
-  auto deleted = keys_.deleteTeam(team, unixMicros());
-  if (!deleted.isOk()) {
-    if (deleted.status().code() == StatusCode::kNotFound) {
-      ApiError e = openai::invalidRequest("team", "team_not_found", "No team with this id.");
-      e.http_status = 404;
-      return respondWithApiError(*exchange, e);
-    }
-    proxyLog()->error("deleting team {} failed: {}", team, deleted.status().toString());
-    return respondWithApiError(*exchange, openai::internalError());
-  }
-  const billing::TeamInfo& info = deleted->team;
+TeamsApi::Purged TeamsApi::purge(const billing::TeamInfo& info) const {
+  const std::string& team = info.id;
 
   // The revocation hook cancelled the keys' requests; wait for them to end,
   // so that no block they publish and no response they store afterwards
@@ -129,9 +116,28 @@ void TeamsApi::remove(const HttpRequest& request, std::shared_ptr<Exchange> exch
                         records.status().toString());
     }
   }
+  return Purged{std::move(purged), failed};
+}
+
+void TeamsApi::remove(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const {
+  const std::string team = request.path.substr(std::string_view("/admin/teams/").size());
+  if (Status s = checkTeamId(team); !s.isOk()) {
+    return respondWithApiError(*exchange, openai::invalidRequest("team", "invalid_value", s.message()));
+  }
+  auto deleted = keys_.deleteTeam(team, unixMicros());
+  if (!deleted.isOk()) {
+    if (deleted.status().code() == StatusCode::kNotFound) {
+      ApiError e = openai::invalidRequest("team", "team_not_found", "No team with this id.");
+      e.http_status = 404;
+      return respondWithApiError(*exchange, e);
+    }
+    return respondWithApiError(*exchange, controlPlaneError(deleted.status(), "deleting team " + team));
+  }
+  const billing::TeamInfo& info = deleted->team;
+  const Purged purged = purge(info);
   proxyLog()->info("admin deleted team {} (generation {}): {} key(s) revoked, purged {}", team, info.generation,
-                   deleted->revoked.size(), purged.dump());
-  if (failed) {
+                   deleted->revoked.size(), purged.counts.dump());
+  if (purged.failed) {
     // The team is deleted (its keys are gone for good); what is left of its
     // data is purged by deleting it again.
     ApiError e = openai::internalError();
@@ -141,7 +147,7 @@ void TeamsApi::remove(const HttpRequest& request, std::shared_ptr<Exchange> exch
   }
   json out = teamJson(info);
   out["revoked_keys"] = deleted->revoked.size();
-  out["purged"] = std::move(purged);
+  out["purged"] = purged.counts;
   exchange->respond(200, jsonHeaders(), out.dump());
 }
 

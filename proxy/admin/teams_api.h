@@ -26,6 +26,11 @@
 //   "reuse_deleted_team": true, which starts a new generation: a new cache
 //   namespace and fingerprint scope (common/team_id.h, teamScope).
 //
+// With replicas (billing.postgres_url), step 1 is a transaction of the
+// control plane in PostgreSQL (503 control_plane_unavailable while it is
+// unreachable, nothing deleted) and every other replica runs steps 2 to 6
+// for what it holds once its follower applied the deletion (replica_purges.h).
+//
 // The route waits on synced writes and the disk tier, so it runs on the
 // blocking pool.
 //
@@ -38,6 +43,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "billing/key_store.h"
 #include "cache/namespace.h"
@@ -65,6 +72,14 @@ class TeamsApi {
            const Generation& generation, cache::PrefixCache* cache, ResponseStore* responses);
 
   void addRoutes(Router& router) const;
+
+  // Steps 2 to 6 for a team deleted (here, or on another replica): the
+  // counts of "purged", and whether a step failed (logged).
+  struct Purged {
+    nlohmann::json counts;
+    bool failed = false;
+  };
+  Purged purge(const billing::TeamInfo& team) const;
 
  private:
   void list(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;

@@ -1,8 +1,10 @@
 #include "proxy/server/server.h"
 
+#include "billing/control_plane.h"
 #include "billing/ledger_metrics.h"
 #include "billing/metering.h"
 #include "billing/postgres/ledger_drain.h"
+#include "billing/postgres/pg_control_plane.h"
 #include "billing/postgres/pg_ledger_reader.h"
 #include "billing/prompt_fingerprint.h"
 #include "billing/redis/redis_limits.h"
@@ -14,6 +16,7 @@
 #include "proxy/admin/budget_api.h"
 #include "proxy/admin/keys_api.h"
 #include "proxy/admin/metrics_route.h"
+#include "proxy/admin/replica_purges.h"
 #include "proxy/admin/responses_api.h"
 #include "proxy/admin/shared_prefixes.h"
 #include "proxy/admin/teams_api.h"
@@ -49,6 +52,11 @@ struct Server::Parts {
   billing::LedgerMetrics ledger_metrics;
 
   std::unique_ptr<billing::BillingDb> db;
+  // Keys, teams, budgets and prices change through it (billing/control_plane.h):
+  // the billing store alone, or, with billing.postgres_url, PostgreSQL shared
+  // by every replica, whose follower applies the others' changes here.
+  std::unique_ptr<billing::ControlPlane> control;
+  billing::pg::PgControlPlane* pg_control = nullptr;  // `control`, when it is PostgreSQL's
   std::unique_ptr<billing::KeyStore> keys;
   std::optional<billing::AdminKey> admin;
   std::string admin_path;
@@ -96,6 +104,8 @@ struct Server::Parts {
   std::unique_ptr<SharedPrefixPublisher> shared_prefixes;
   std::unique_ptr<ResponsesAdminApi> responses_api;
   std::unique_ptr<Dashboard> dashboard;
+  // Purges here what admins deleted on other replicas (after the parts it uses).
+  std::unique_ptr<ReplicaPurges> replica_purges;
   // Runs what is still queued when it is destroyed: after the server
   // stopped, before what the routes' handlers use.
   std::unique_ptr<BlockingPool> blocking_pool;
@@ -103,14 +113,36 @@ struct Server::Parts {
   std::unique_ptr<HttpServer> server;
   bool stopped = false;
 
+  // The follower goes first: nothing is applied to the stores, nor told to
+  // their observers, while the parts are destroyed.
+  ~Parts() {
+    if (pg_control != nullptr) pg_control->stop();
+  }
+
   Status build();
   Status openBilling();
+  Status startControlPlane();
   void addRoutes();
 };
 
 Status Server::Parts::openBilling() {
   LG_ASSIGN_OR_RETURN(db, billing::BillingDb::open(config.data_dir + "/billing"));
-  LG_ASSIGN_OR_RETURN(keys, billing::KeyStore::open(*db));
+  if (config.billing.postgres_url.empty()) {
+    control = std::make_unique<billing::LocalControlPlane>(*db);
+  } else {
+    // Started at the end of build(), once every store and purge listens:
+    // the records are synced (seeded from this store the first time) before
+    // the server takes its first request.
+    billing::pg::ControlSyncOptions control_options;
+    control_options.postgres.url = config.billing.postgres_url;
+    control_options.postgres.statement_timeout_ms = 10'000;
+    control_options.interval = std::chrono::milliseconds(config.billing.control_sync_interval_ms);
+    LG_ASSIGN_OR_RETURN(auto pg, billing::pg::PgControlPlane::create(*db, std::move(control_options)));
+    pg_control = pg.get();
+    control = std::move(pg);
+  }
+  // The stores load this replica's view of the control records.
+  LG_ASSIGN_OR_RETURN(keys, billing::KeyStore::open(*db, *control));
   admin_path = config.data_dir + "/admin.key";
   LG_ASSIGN_OR_RETURN(billing::AdminKey a, billing::AdminKey::loadOrCreate(config.admin_key, admin_path, &admin_created));
   admin.emplace(std::move(a));
@@ -123,11 +155,11 @@ Status Server::Parts::openBilling() {
     LG_ASSIGN_OR_RETURN(int64_t swept, responses->sweepExpired(1000));
     if (swept < 1000) break;
   }
-  // Prices (billing.prices, recorded as a new version when they changed) and
-  // the ledger; then budgets, which sum what was spent from the ledger before
-  // it takes any commit and count every later one.
+  // Prices (billing.prices is recorded as a new version when it changed, in
+  // startControlPlane()) and the ledger; then budgets, which sum what was
+  // spent from the ledger before it takes any commit and count every later one.
   const int64_t now_us = unixMicros();
-  LG_ASSIGN_OR_RETURN(prices, billing::PriceBook::open(*db, billing::PriceTable::fromSetting(config.billing.prices), now_us));
+  LG_ASSIGN_OR_RETURN(prices, billing::PriceBook::open(*db, *control));
   LG_ASSIGN_OR_RETURN(billing::SystemPromptFingerprinter f, billing::SystemPromptFingerprinter::open(*db));
   fingerprints.emplace(std::move(f));
   billing::LedgerOptions ledger_options;
@@ -154,7 +186,7 @@ Status Server::Parts::openBilling() {
     LG_ASSIGN_OR_RETURN(drain, billing::pg::LedgerDrain::start(*ledger, std::move(drain_options)));
   }
   LG_ASSIGN_OR_RETURN(budgets, billing::Budgets::open(*db, *ledger, {config.billing.key_budget, config.billing.team_budget},
-                                                      now_us / 1'000'000));
+                                                      now_us / 1'000'000, *control));
   billing::RateLimitOptions limits;
   limits.per_key = {config.limits.key_requests_per_minute, config.limits.key_tokens_per_minute};
   limits.per_team = {config.limits.team_requests_per_minute, config.limits.team_tokens_per_minute};
@@ -176,6 +208,21 @@ Status Server::Parts::openBilling() {
   }
   metering = std::make_unique<billing::Metering>(
       billing::MeteringServices{ledger.get(), prices.get(), budgets.get(), &*fingerprints});
+  return Status::ok();
+}
+
+Status Server::Parts::startControlPlane() {
+  // With PostgreSQL: migrate, seed an empty table from this store, sync
+  // fully (applied to every store, and to the purges of what was deleted
+  // elsewhere meanwhile), and follow. A replica that synced before starts on
+  // its last view when PostgreSQL is away; one that never did refuses.
+  if (pg_control != nullptr) LG_RETURN_IF_ERROR(pg_control->start());
+  Status recorded = prices->recordConfigured(billing::PriceTable::fromSetting(config.billing.prices), unixMicros());
+  if (!recorded.isOk()) {
+    if (pg_control == nullptr || recorded.code() != StatusCode::kUnavailable) return recorded;
+    proxyLog()->warn("billing.prices differs from the last configured price table, but PostgreSQL is unreachable: "
+                     "not recorded, the prices in force stay; restart this replica once it is back");
+  }
   return Status::ok();
 }
 
@@ -242,7 +289,7 @@ Status Server::Parts::build() {
                                          responses.get());
   billing_api = std::make_unique<BillingApi>(*reads, *ledger, *prices, *keys, *admission, budgets.get());
   billing_api->setKeyQueryLimit(config.limits.key_usage_queries_per_minute);
-  responses_api = std::make_unique<ResponsesAdminApi>(*responses, *keys, *admission);
+  responses_api = std::make_unique<ResponsesAdminApi>(*responses, *keys, *control, *admission);
   budget_api = std::make_unique<BudgetApi>(*budgets, *keys, *admission);
   // Publishing into a shared namespace needs the cache (cache.enabled).
   if (engine.cache != nullptr) {
@@ -272,6 +319,7 @@ Status Server::Parts::build() {
   registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
   if (drain) registry.add([this](metrics::ExpositionWriter& w) { drain->collect(w); });
   if (redis_limits) registry.add([this](metrics::ExpositionWriter& w) { redis_limits->collect(w); });
+  if (pg_control != nullptr) registry.add([this](metrics::ExpositionWriter& w) { pg_control->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { budgets->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { blocking_pool->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { dashboard->collect(w); });
@@ -280,8 +328,10 @@ Status Server::Parts::build() {
               "Finished responses not stored because their record passed server.max_stored_response_bytes.",
               responses->oversizeDropped());
   });
+  replica_purges = std::make_unique<ReplicaPurges>(*teams_api, responses.get(), *keys, *control);
   addRoutes();
   registry.add([this](metrics::ExpositionWriter& w) { request_metrics->collect(w); });
+  LG_RETURN_IF_ERROR(startControlPlane());
 
   // The router's preflight answers 404, 405 and 401 at header time, and sets
   // each route's body limit (issue 21 item 4).
@@ -315,6 +365,11 @@ void Server::Parts::addRoutes() {
     Readiness r{true, ""};
     if (drain) r.details.emplace_back("ledger_drain", std::string(billing::pg::drainStateName(drain->state())));
     if (redis_limits) r.details.emplace_back("redis", std::string(billing::redis::redisStateName(redis_limits->state())));
+    // The control plane's too: "stale" while PostgreSQL is away (this replica
+    // serves its last synced view; its age is in /metrics).
+    if (pg_control != nullptr) {
+      r.details.emplace_back("control_sync", std::string(billing::pg::controlSyncStateName(pg_control->state())));
+    }
     return r;
   });
   gateway->addRoutes(router);
@@ -380,6 +435,7 @@ billing::KeyStore& Server::keys() { return *parts_->keys; }
 billing::Ledger& Server::ledger() { return *parts_->ledger; }
 billing::Budgets& Server::budgets() { return *parts_->budgets; }
 billing::PriceBook& Server::prices() { return *parts_->prices; }
+ResponseStore& Server::responses() { return *parts_->responses; }
 billing::RateLimiter& Server::rateLimiter() { return *parts_->rate_limiter; }
 const billing::Metering& Server::metering() const { return *parts_->metering; }
 DashboardSessions& Server::dashboardSessions() { return parts_->dashboard->sessions(); }

@@ -2,7 +2,9 @@
 // "The server object"). From the Config and the engine side that the caller
 // loaded (cli/engine_loader.h: tokenizer, chat template, backend, prefix
 // cache), it builds and owns everything else: the scheduler, the billing
-// store with its keys, prices, ledger, budgets and stored responses, the
+// store with its keys, prices, ledger, budgets and stored responses (and,
+// with billing.postgres_url, the control plane that shares keys, teams,
+// budgets and prices with the other replicas and the ledger's drain), the
 // per-minute limits (counted with the budgets in the Redis the replicas
 // share when limits.redis_url is set), admission, the generation call, the
 // data plane (proxy/gateway/), the admin API (proxy/admin/), the dashboard
@@ -41,6 +43,7 @@
 #include "config/options.h"
 #include "engine/backend.h"
 #include "proxy/dashboard/dashboard_sessions.h"
+#include "proxy/gateway/response_store.h"
 #include "proxy/http/http_server.h"
 #include "proxy/http/tls_material.h"
 #include "serving/scheduler.h"
@@ -92,6 +95,7 @@ class Server {
   billing::Ledger& ledger();
   billing::Budgets& budgets();
   billing::PriceBook& prices();
+  ResponseStore& responses();
   billing::RateLimiter& rateLimiter();
   const billing::Metering& metering() const;
   DashboardSessions& dashboardSessions();

@@ -421,14 +421,17 @@ TEST(ConfigTest, PostgresUrlIsOptionalValidatedAndItsPasswordNeverShown) {
   EXPECT_TRUE(c->billing.postgres_url.empty());
   EXPECT_EQ(c->billing.postgres_drain_batch, 1000);
   EXPECT_EQ(c->billing.postgres_retry_max_ms, 30000);
+  EXPECT_EQ(c->billing.control_sync_interval_ms, 1000);
   EXPECT_EQ(configToJson(*c).find("postgres_url\": \"p"), std::string::npos);
 
   sources.environment = {{"LATENTGATE_BILLING_POSTGRES_URL", "postgresql://lg:hunter2-secret@db:5432/ledger"},
-                         {"LATENTGATE_BILLING_POSTGRES_DRAIN_BATCH", "250"}};
+                         {"LATENTGATE_BILLING_POSTGRES_DRAIN_BATCH", "250"},
+                         {"LATENTGATE_BILLING_CONTROL_SYNC_INTERVAL_MS", "250"}};
   c = loadConfig(sources);
   ASSERT_TRUE(c.isOk()) << c.status().toString();
   EXPECT_EQ(c->billing.postgres_url, "postgresql://lg:hunter2-secret@db:5432/ledger");
   EXPECT_EQ(c->billing.postgres_drain_batch, 250);
+  EXPECT_EQ(c->billing.control_sync_interval_ms, 250);
   const std::string shown = configToJson(*c);
   EXPECT_EQ(shown.find("hunter2-secret"), std::string::npos) << shown;
   EXPECT_NE(shown.find("postgresql://lg:***@db:5432/ledger"), std::string::npos) << shown;
@@ -440,7 +443,9 @@ TEST(ConfigTest, PostgresUrlIsOptionalValidatedAndItsPasswordNeverShown) {
   for (const auto& [name, value] : {std::pair{"LATENTGATE_BILLING_POSTGRES_DRAIN_BATCH", "0"},
                                     std::pair{"LATENTGATE_BILLING_POSTGRES_DRAIN_INTERVAL_MS", "5"},
                                     std::pair{"LATENTGATE_BILLING_POSTGRES_RETRY_MAX_MS", "100"},
-                                    std::pair{"LATENTGATE_BILLING_POSTGRES_SHUTDOWN_DRAIN_MS", "-1"}}) {
+                                    std::pair{"LATENTGATE_BILLING_POSTGRES_SHUTDOWN_DRAIN_MS", "-1"},
+                                    std::pair{"LATENTGATE_BILLING_CONTROL_SYNC_INTERVAL_MS", "5"},
+                                    std::pair{"LATENTGATE_BILLING_CONTROL_SYNC_INTERVAL_MS", "60001"}}) {
     sources.environment = {{name, value}};
     bad = loadConfig(sources);
     EXPECT_FALSE(bad.isOk()) << name;
