@@ -92,6 +92,21 @@ CREATE TABLE control_records (
 CREATE INDEX control_records_seq ON control_records (seq);
 )sql";
 
+// Version 3: the index of stored responses (billing/response_index.h): which
+// replica holds each API key's stored response, until it expires; `deleted`
+// is final (a deleted response never comes back).
+constexpr std::string_view kV3 = R"sql(
+CREATE TABLE stored_responses (
+  key_id       text NOT NULL,
+  response_id  text NOT NULL,
+  replica      text NOT NULL,     -- whose billing store holds the record
+  expires_s    bigint NOT NULL,   -- Unix seconds
+  deleted      boolean NOT NULL,
+  PRIMARY KEY (key_id, response_id)
+);
+CREATE INDEX stored_responses_expires ON stored_responses (expires_s);
+)sql";
+
 Status ensureMigrationsTable(pqxx::work& tx) {
   tx.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -105,6 +120,7 @@ const std::vector<Migration>& migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "ledger entries and hourly usage rollups", kV1},
       {2, "control records shared by the replicas", kV2},
+      {3, "the index of stored responses", kV3},
   };
   return kMigrations;
 }

@@ -12,6 +12,9 @@
 //   control_records(record_key PRIMARY KEY, value, seq, replica, updated_at)
 //                                                   keys, teams, budgets, prices and purges
 //                                                   shared by the replicas (pg_control_plane.h)
+//   stored_responses(key_id, response_id PRIMARY KEY, replica, expires_s, deleted)
+//                                                   which replica holds each stored
+//                                                   response (pg_response_index.h)
 //
 // migrate() applies, in order, each migration that schema_migrations lacks,
 // each in its own transaction that first takes a transaction-level advisory

@@ -149,7 +149,12 @@ Status ResponseStore::record(std::string_view owner, bool store, const StoredTur
   // The parent learns it has a continuation: a DELETE of it then keeps
   // what this chain reads. The parent outlives this record (expires_cap).
   if (!turn.parent.empty()) puts.emplace_back(childKey(owner, turn.parent), "");
-  return db_.writeUnsynced(puts, deletes);
+  if (options_.index != nullptr) {
+    puts.emplace_back(billing::responseIndexMarkerKey(owner, id), billing::responseIndexMarkerValue(expires, false));
+  }
+  LG_RETURN_IF_ERROR(db_.writeUnsynced(puts, deletes));
+  if (options_.index != nullptr) options_.index->marked();
+  return Status::ok();
 }
 
 Result<std::optional<StoredResponse>> ResponseStore::read(std::string_view owner, std::string_view id, bool* deleted) {
@@ -232,8 +237,15 @@ Result<bool> ResponseStore::remove(std::string_view owner, std::string_view id) 
   LG_ASSIGN_OR_RETURN(std::optional<StoredResponse> found, get(owner, id));
   if (!found) return false;
   LG_ASSIGN_OR_RETURN(std::optional<std::string> referred, db_.get(childKey(owner, id)));
+  // The index learns it is gone, in the same write.
+  std::vector<std::pair<std::string, std::string>> marker;
+  if (options_.index != nullptr) {
+    marker.emplace_back(billing::responseIndexMarkerKey(owner, id),
+                        billing::responseIndexMarkerValue(found->expires_unix, true));
+  }
   if (!referred) {
-    LG_RETURN_IF_ERROR(db_.write({}, {recordKey(owner, id), expiryKey(found->expires_unix, owner, id)}));
+    LG_RETURN_IF_ERROR(db_.write(marker, {recordKey(owner, id), expiryKey(found->expires_unix, owner, id)}));
+    if (options_.index != nullptr) options_.index->marked();
     return true;
   }
   // A tombstone: the response object goes, the part of the conversation a
@@ -246,8 +258,19 @@ Result<bool> ResponseStore::remove(std::string_view owner, std::string_view id) 
     value["parent"] = found->parent;
     value["depth"] = found->depth;
   }
-  LG_RETURN_IF_ERROR(db_.write({{recordKey(owner, id), value.dump(-1, ' ', false, json::error_handler_t::replace)}}, {}));
+  marker.emplace_back(recordKey(owner, id), value.dump(-1, ' ', false, json::error_handler_t::replace));
+  LG_RETURN_IF_ERROR(db_.write(marker, {}));
+  if (options_.index != nullptr) options_.index->marked();
   return true;
+}
+
+Result<std::optional<std::string>> ResponseStore::heldElsewhere(std::string_view owner, std::string_view id) const {
+  if (options_.index == nullptr || !validName(owner) || !validName(id)) return std::optional<std::string>();
+  LG_ASSIGN_OR_RETURN(std::optional<std::string> holder, options_.index->holder(owner, id));
+  // This replica's own: the record is gone here (expired, purged) and its
+  // marker not yet pushed.
+  if (holder && *holder == options_.index->replica()) holder.reset();
+  return holder;
 }
 
 Result<int64_t> ResponseStore::purgeOwner(std::string_view owner) {
@@ -259,6 +282,7 @@ Result<int64_t> ResponseStore::purgeOwner(std::string_view owner) {
   constexpr size_t kBatch = 256;
   for (;;) {
     std::vector<std::string> deletes;
+    std::vector<std::pair<std::string, std::string>> markers;  // the index learns each is gone
     Status bad;
     LG_RETURN_IF_ERROR(db_.scan(prefix, [&](std::string_view key, std::string_view value) {
       const std::string_view id = key.substr(prefix.size());
@@ -266,15 +290,19 @@ Result<int64_t> ResponseStore::purgeOwner(std::string_view owner) {
       // The expiry entry is named by the record's expiry; a damaged record
       // keeps its (harmless) expiry entry, which the sweep removes.
       const json j = json::parse(value, nullptr, false);
-      if (j.is_object() && j.contains("expires") && j["expires"].is_number_integer()) {
-        deletes.push_back(expiryKey(j["expires"].get<int64_t>(), owner, id));
+      const bool dated = j.is_object() && j.contains("expires") && j["expires"].is_number_integer();
+      if (dated) deletes.push_back(expiryKey(j["expires"].get<int64_t>(), owner, id));
+      if (options_.index != nullptr) {
+        markers.emplace_back(billing::responseIndexMarkerKey(owner, id),
+                             billing::responseIndexMarkerValue(dated ? j["expires"].get<int64_t>() : 0, true));
       }
       ++purged;
       return deletes.size() < 2 * kBatch;
     }));
     LG_RETURN_IF_ERROR(bad);
     if (deletes.empty()) break;
-    LG_RETURN_IF_ERROR(db_.write({}, deletes));
+    LG_RETURN_IF_ERROR(db_.write(markers, deletes));
+    if (options_.index != nullptr) options_.index->marked();
   }
   // The owner's continuation markers.
   for (;;) {

@@ -42,6 +42,13 @@
 // Records written before item 7 ({created, expires, input, response}, the
 // whole conversation in `input`) read as roots.
 //
+// Replicas (billing.postgres_url; billing/response_index.h). Records stay in
+// the billing store of the replica that made them; with an index, each write
+// of a record, each DELETE and each purge also writes, in the same batch, a
+// marker that the index pushes to PostgreSQL. heldElsewhere() tells the
+// gateway, for an id this store does not hold, which other replica does, so
+// that it refuses the request as misdirected rather than answer "not found".
+//
 // Expired records are never returned: a read that finds one deletes it, and
 // record() deletes up to kSweepBatch expired records at most once a minute,
 // so the table stays bounded without a thread of its own; sweepExpired() at
@@ -67,6 +74,7 @@
 #include <nlohmann/json.hpp>
 
 #include "billing/billing_db.h"
+#include "billing/response_index.h"
 #include "common/status.h"
 
 namespace lg::proxy {
@@ -110,6 +118,9 @@ struct ResponseStoreOptions {
   // Records in a chain before a continuation is stored whole (bounds a read).
   int max_chain_depth = 32;
   std::function<int64_t()> now;  // Unix seconds; empty: the system clock (tests pass their own)
+  // Replicas: where each record lives (null: this replica alone). Must
+  // outlive the store.
+  billing::ResponseIndex* index = nullptr;
 };
 
 class ResponseStore {
@@ -152,6 +163,11 @@ class ResponseStore {
   // Deletes the owner's record, synced: a tombstone that keeps only what a
   // later turn of its chain reads (see above). False when get() would find none.
   Result<bool> remove(std::string_view owner, std::string_view id);
+
+  // For an id get() does not find: the other replica that holds the owner's
+  // record, or nothing (no index, or no replica holds it). Unavailable: the
+  // index cannot be read now. A query: call it on the blocking pool.
+  Result<std::optional<std::string>> heldElsewhere(std::string_view owner, std::string_view id) const;
 
   // Deletes every record of `owner` (tombstones included) outright, synced,
   // in batches; returns how many. The admin's purge.

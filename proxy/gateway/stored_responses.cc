@@ -1,6 +1,9 @@
 // Stored responses by id: GET and DELETE /v1/responses/{id}, and the record a
 // previous_response_id names (response_store.h). Another key's response is
-// answered exactly as an unknown id.
+// answered exactly as an unknown id. With replicas, an id this replica does
+// not hold but another does is refused as misdirected (421
+// response_on_other_replica), the same answer on every replica that does not
+// hold it; while the index cannot be read, 503.
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +23,32 @@ ApiError responseNotFound(std::string_view id) {
 }
 
 std::string idOf(const HttpRequest& request) { return request.path.substr(std::string_view("/v1/responses/").size()); }
+
+// For an id this replica does not hold: the error when another replica holds
+// it (or the index cannot tell), nothing when no replica does (the caller's
+// own "not found").
+std::optional<ApiError> heldElsewhereError(const ResponseStore& store, const HttpRequest& request,
+                                           std::string_view owner, std::string_view id, std::string param) {
+  auto holder = store.heldElsewhere(owner, id);
+  if (!holder.isOk()) {
+    proxyLog()->warn("request {}: the stored responses' index cannot be read: {}", request.id,
+                     holder.status().toString());
+    ApiError e{503, "server_error", "stored_responses_index_unavailable", std::move(param),
+               "This replica does not hold response '" + std::string(id) +
+                   "', and cannot tell now whether another replica of this gateway does. Retry shortly."};
+    e.retry_after_s = 5;
+    return e;
+  }
+  if (!*holder) return std::nullopt;
+  ApiError e = openai::invalidRequest(
+      std::move(param), "response_on_other_replica",
+      "Response with id '" + std::string(id) +
+          "' is stored by another replica of this gateway: stored responses stay on the replica that made them. "
+          "Send this request to that replica (route a key's Responses requests to one replica), or send the whole "
+          "conversation in `input`.");
+  e.http_status = 421;
+  return e;
+}
 
 // GET /v1/responses/{id}'s query: OpenAI's retrieve takes stream,
 // starting_after, include and include_obfuscation. The stored object is
@@ -84,7 +113,10 @@ std::optional<ApiError> Gateway::resolveItemReferences(const HttpRequest& reques
       proxyLog()->error("request {}: reading a stored response failed: {}", request.id, found.status().toString());
       return openai::internalError();
     }
-    if (!*found) return notFound();
+    if (!*found) {
+      if (auto e = heldElsewhereError(*responses_, request, who.key_id, where->response_id, param)) return e;
+      return notFound();
+    }
     const nlohmann::json& output = (*found)->response["output"];
     if (!output.is_array() || where->output_index >= output.size() ||
         output[where->output_index].value("id", "") != item_id) {
@@ -111,6 +143,7 @@ openai::ApiResult<StoredConversation> Gateway::previousResponse(const HttpReques
     return openai::internalError();
   }
   if (!*previous) {
+    if (auto e = heldElsewhereError(*responses_, request, who.key_id, id, "previous_response_id")) return *e;
     // As OpenAI answers (400); another key's response is answered the same way.
     return openai::invalidRequest("previous_response_id", "previous_response_not_found",
                                   "Previous response with id '" + id + "' not found.");
@@ -131,7 +164,10 @@ void Gateway::getResponse(const HttpRequest& request, std::shared_ptr<Exchange> 
     proxyLog()->error("request {}: reading a stored response failed: {}", request.id, found.status().toString());
     return respondWithApiError(*exchange, openai::internalError());
   }
-  if (!*found) return respondWithApiError(*exchange, responseNotFound(id));
+  if (!*found) {
+    if (auto e = heldElsewhereError(*responses_, request, who.key_id, id, "")) return respondWithApiError(*exchange, *e);
+    return respondWithApiError(*exchange, responseNotFound(id));
+  }
   exchange->respond(200, jsonHeaders(),
                     (*found)->response.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
@@ -148,7 +184,11 @@ void Gateway::deleteResponse(const HttpRequest& request, std::shared_ptr<Exchang
     proxyLog()->error("request {}: deleting a stored response failed: {}", request.id, removed.status().toString());
     return respondWithApiError(*exchange, openai::internalError());
   }
-  if (!*removed) return respondWithApiError(*exchange, responseNotFound(id));
+  if (!*removed) {
+    // Only the replica that holds a record deletes it.
+    if (auto e = heldElsewhereError(*responses_, request, who.key_id, id, "")) return respondWithApiError(*exchange, *e);
+    return respondWithApiError(*exchange, responseNotFound(id));
+  }
   exchange->respond(200, jsonHeaders(), nlohmann::json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump());
 }
 

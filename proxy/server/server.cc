@@ -6,6 +6,7 @@
 #include "billing/postgres/ledger_drain.h"
 #include "billing/postgres/pg_control_plane.h"
 #include "billing/postgres/pg_ledger_reader.h"
+#include "billing/postgres/pg_response_index.h"
 #include "billing/prompt_fingerprint.h"
 #include "billing/redis/redis_limits.h"
 #include "billing/spend_source.h"
@@ -61,6 +62,8 @@ struct Server::Parts {
   std::optional<billing::AdminKey> admin;
   std::string admin_path;
   bool admin_created = false;
+  // With billing.postgres_url: which replica holds each stored response.
+  std::unique_ptr<billing::pg::PgResponseIndex> response_index;
   std::unique_ptr<ResponseStore> responses;
   std::unique_ptr<billing::PriceBook> prices;
   std::optional<billing::SystemPromptFingerprinter> fingerprints;
@@ -149,6 +152,15 @@ Status Server::Parts::openBilling() {
   ResponseStoreOptions response_options;
   response_options.ttl_s = config.server.stored_response_ttl_s;
   response_options.max_record_bytes = config.server.max_stored_response_bytes;
+  if (pg_control != nullptr) {
+    billing::pg::ResponseIndexOptions index_options;
+    index_options.postgres.url = config.billing.postgres_url;
+    index_options.postgres.statement_timeout_ms = 10'000;
+    index_options.replica = pg_control->replicaId();
+    index_options.interval = std::chrono::milliseconds(config.billing.control_sync_interval_ms);
+    LG_ASSIGN_OR_RETURN(response_index, billing::pg::PgResponseIndex::start(*db, std::move(index_options)));
+    response_options.index = response_index.get();
+  }
   responses = std::make_unique<ResponseStore>(*db, response_options);
   // What expired while the server was down; later sweeps ride on new records.
   for (;;) {
@@ -320,6 +332,7 @@ Status Server::Parts::build() {
   if (drain) registry.add([this](metrics::ExpositionWriter& w) { drain->collect(w); });
   if (redis_limits) registry.add([this](metrics::ExpositionWriter& w) { redis_limits->collect(w); });
   if (pg_control != nullptr) registry.add([this](metrics::ExpositionWriter& w) { pg_control->collect(w); });
+  if (response_index) registry.add([this](metrics::ExpositionWriter& w) { response_index->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { budgets->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { blocking_pool->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { dashboard->collect(w); });

@@ -7,6 +7,9 @@
 //     price table scheduled on one prices the other's requests, a key
 //     revoked on one is refused by the other;
 //   - a team deleted on one is purged on the other (its stored responses);
+//   - a stored response is found on the replica that holds it, refused as
+//     misdirected (421) on the other, 404 for another key; a purge on one
+//     replica removes it on the other;
 //   - PostgreSQL away: admin writes 503 control_plane_unavailable, requests
 //     go on with the last view, /readyz says "stale"; back: in step again.
 #include <chrono>
@@ -178,6 +181,56 @@ TEST_F(ReplicasTest, AnAdminCallOnEitherReplicaActsOnBothWithinTheBound) {
     EXPECT_NE(metrics.body.find("latentgate_control_sync_age_seconds "), std::string::npos);
     EXPECT_NE(metrics.body.find("latentgate_control_sync_state{state=\"synced\"} 1"), std::string::npos);
   }
+}
+
+TEST_F(ReplicasTest, StoredResponsesAreFoundWhereTheyLiveAndRefusedAsMisdirectedElsewhere) {
+  const std::string key = makeKey(*a_, "acme");
+  ASSERT_TRUE(waitFor([&] { return authenticates(*b_, key); }));
+  const std::string other = makeKey(*b_, "acme");
+  ASSERT_TRUE(waitFor([&] { return authenticates(*a_, other); }));
+  const std::string id = respond(*a_, key);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(call(*a_, "GET", "/v1/responses/" + id, key).status, 200);
+  // B: once the index holds it, refused as held by another replica, the same
+  // way for GET, DELETE, previous_response_id and item_reference.
+  auto took = waitFor([&] { return call(*b_, "GET", "/v1/responses/" + id, key).status == 421; });
+  ASSERT_TRUE(took) << call(*b_, "GET", "/v1/responses/" + id, key).body;
+  EXPECT_LE(*took, kBound);
+  Reply r = call(*b_, "GET", "/v1/responses/" + id, key);
+  EXPECT_EQ(r.parsed()["error"]["code"], "response_on_other_replica") << r.body;
+  r = call(*b_, "DELETE", "/v1/responses/" + id, key);
+  EXPECT_EQ(r.status, 421) << r.body;
+  r = call(*b_, "POST", "/v1/responses", key,
+           json{{"model", "demo"}, {"input", "more"}, {"previous_response_id", id}, {"max_output_tokens", 2}});
+  EXPECT_EQ(r.status, 421) << r.body;
+  EXPECT_EQ(r.parsed()["error"]["param"], "previous_response_id");
+  // Another key of the same team: an unknown id, on both.
+  EXPECT_EQ(call(*b_, "GET", "/v1/responses/" + id, other).status, 404);
+  EXPECT_EQ(call(*a_, "GET", "/v1/responses/" + id, other).status, 404);
+  // Continued where it lives.
+  r = call(*a_, "POST", "/v1/responses", key,
+           json{{"model", "demo"}, {"input", "more"}, {"previous_response_id", id}, {"max_output_tokens", 2}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  const std::string next = r.parsed().value("id", std::string());
+
+  // The admin purges the key's responses on B: A purges its own, and B
+  // then answers 404 (the index says nobody holds them).
+  r = call(*b_, "DELETE", "/admin/responses?key_id=" + keyId(*a_, key), b_->adminKey());
+  ASSERT_EQ(r.status, 200) << r.body;
+  took = waitFor([&] {
+    auto found = a_->server().responses().get(keyId(*a_, key), next);
+    return found.isOk() && !found->has_value();
+  });
+  ASSERT_TRUE(took) << "the purge on B never reached A";
+  EXPECT_EQ(call(*a_, "GET", "/v1/responses/" + id, key).status, 404);
+  ASSERT_TRUE(waitFor([&] { return call(*b_, "GET", "/v1/responses/" + next, key).status == 404; }));
+  EXPECT_EQ(call(*b_, "GET", "/v1/responses/" + id, key).status, 404);
+
+  // A client's DELETE where it lives: the other replica says 404 after it.
+  const std::string third = respond(*a_, key);
+  ASSERT_TRUE(waitFor([&] { return call(*b_, "GET", "/v1/responses/" + third, key).status == 421; }));
+  EXPECT_EQ(call(*a_, "DELETE", "/v1/responses/" + third, key).status, 200);
+  ASSERT_TRUE(waitFor([&] { return call(*b_, "GET", "/v1/responses/" + third, key).status == 404; }));
 }
 
 TEST_F(ReplicasTest, ATeamDeletedOnOneReplicaIsPurgedOnTheOther) {

@@ -6,6 +6,8 @@
 // reach the others within the stated bound (the follower's interval plus one
 // poll); concurrent changes lose nothing; an existing install seeds
 // PostgreSQL; PostgreSQL away refuses writes and keeps serving the last view.
+// And the index of stored responses (pg_response_index.h): which replica
+// holds which response, deletion final, PostgreSQL away.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,7 +25,10 @@
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/postgres/pg_control_plane.h"
+#include "billing/postgres/pg_response_index.h"
+#include "billing/postgres/pg_schema.h"
 #include "billing/prices.h"
+#include "billing/response_index.h"
 #include "common/metrics.h"
 #include "common/unix_time.h"
 #include "tests/support/postgres_server.h"
@@ -483,6 +488,82 @@ TEST_F(ControlPlaneTest, AReplicaThatSyncedBeforeStartsOnItsLastViewWhilePostgre
   ASSERT_TRUE(other);
   ASSERT_TRUE(other->keys().revoke(made->first.id).isOk());
   ASSERT_TRUE(waitFor([&] { return !a->keys().authenticate(made->second).has_value(); }));
+}
+
+// The stored responses' index: one replica's markers pushed, another's
+// lookups answered; a deletion is final whatever order markers come in;
+// PostgreSQL away refuses lookups at once after the first failure and keeps
+// the markers until it is back.
+TEST_F(ControlPlaneTest, TheStoredResponsesIndexSaysWhichReplicaHoldsAResponse) {
+  PostgresOptions pg;
+  pg.url = url_;
+  pg.connect_timeout_s = 1;
+  ASSERT_TRUE(migrate(pg).isOk());
+  test::TempDir dir_a{"lg_index_a"}, dir_b{"lg_index_b"};
+  auto db_a = BillingDb::open(dir_a.file("billing"));
+  auto db_b = BillingDb::open(dir_b.file("billing"));
+  ASSERT_TRUE(db_a.isOk() && db_b.isOk());
+  auto options = [&](std::string replica) {
+    ResponseIndexOptions o;
+    o.postgres = pg;
+    o.replica = std::move(replica);
+    o.interval = kInterval;
+    o.lookup_backoff = 500ms;
+    return o;
+  };
+  auto a = PgResponseIndex::start(**db_a, options("r-a"));
+  auto b = PgResponseIndex::start(**db_b, options("r-b"));
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  const int64_t later = unixSeconds() + 3600;
+  auto mark = [&](BillingDb& db, PgResponseIndex& index, const std::string& owner, const std::string& id,
+                  int64_t expires, bool deleted) {
+    ASSERT_TRUE(db.write({{responseIndexMarkerKey(owner, id), responseIndexMarkerValue(expires, deleted)}}).isOk());
+    index.marked();
+  };
+  auto holderOf = [](PgResponseIndex& index, const std::string& owner, const std::string& id) {
+    auto h = index.holder(owner, id);
+    EXPECT_TRUE(h.isOk()) << h.status().toString();
+    return h.isOk() ? h->value_or("") : std::string("error");
+  };
+  auto markers = [](BillingDb& db) {
+    size_t n = 0;
+    EXPECT_TRUE(db.scan(kResponseIndexMarkers, [&](std::string_view, std::string_view) { return ++n, true; }).isOk());
+    return n;
+  };
+  mark(**db_a, **a, "key_1", "resp_1", later, false);
+  mark(**db_a, **a, "key_1", "resp_old", unixSeconds() - 1, false);
+  const auto took = waitFor([&] { return holderOf(**b, "key_1", "resp_1") == "r-a"; });
+  ASSERT_TRUE(took.has_value());
+  EXPECT_LE(*took, kBound);
+  EXPECT_TRUE(waitFor([&] { return markers(**db_a) == 0; })) << "pushed markers are forgotten";
+  EXPECT_EQ(holderOf(**b, "key_2", "resp_1"), "") << "another key's response is nobody's";
+  EXPECT_EQ(holderOf(**b, "key_1", "resp_old"), "") << "an expired response is nobody's";
+  EXPECT_EQ(holderOf(**b, "key_1", "resp_1\xff"), "") << "an id no response has is never sent";
+  // Deleted, then a stale "live" marker: still deleted (a deletion is final).
+  mark(**db_a, **a, "key_1", "resp_1", later, true);
+  ASSERT_TRUE((*a)->pushNow().isOk());
+  EXPECT_EQ(holderOf(**b, "key_1", "resp_1"), "");
+  mark(**db_a, **a, "key_1", "resp_1", later, false);
+  ASSERT_TRUE((*a)->pushNow().isOk());
+  EXPECT_EQ(holderOf(**b, "key_1", "resp_1"), "");
+  // PostgreSQL away: refused, and at once for a while after; markers kept.
+  g_server->stop();
+  EXPECT_EQ((*b)->holder("key_1", "resp_2").status().code(), StatusCode::kUnavailable);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ((*b)->holder("key_1", "resp_2").status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 100ms) << "a lookup right after a failure does not wait";
+  mark(**db_a, **a, "key_1", "resp_2", later, false);
+  EXPECT_FALSE((*a)->pushNow().isOk());
+  EXPECT_EQ(markers(**db_a), 1u);
+  std::string error;
+  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(waitFor([&] {
+    auto h = (*b)->holder("key_1", "resp_2");
+    return h.isOk() && h->value_or("") == "r-a";
+  }));
+  metrics::ExpositionWriter w;
+  (*a)->collect(w);
+  EXPECT_NE(w.text().find("latentgate_stored_response_index_push_failures_total "), std::string::npos) << w.text();
 }
 
 }  // namespace

@@ -2,12 +2,16 @@
 // back across a reopen, invisible to every other API key, expired on read, by
 // the sweep and on later writes, nothing written for store:false or a failed
 // response, synced deletion; and a conversation continued from a record
-// parses to the same prompt as the client resending it all.
+// parses to the same prompt as the client resending it all. With replicas,
+// every write, deletion and purge of a record marks it for the index, and an
+// id held by another replica is told apart from one nobody holds.
 #include "proxy/gateway/response_store.h"
 
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "billing/billing_db.h"
+#include "billing/response_index.h"
 #include "proxy/openai/responses_request.h"
 #include "proxy/openai/responses_response.h"
 #include "tests/support/temp_dir.h"
@@ -111,6 +116,71 @@ TEST(ResponseStoreTest, AnotherKeySeesNothingAndCannotDelete) {
     EXPECT_FALSE(store.get("key_b", id)->has_value()) << id;
     EXPECT_FALSE(store.get("key_a", std::string("x/") + id)->has_value()) << id;
   }
+}
+
+// An index that knows what the test says, and counts marked().
+class FakeIndex final : public billing::ResponseIndex {
+ public:
+  const std::string& replica() const override { return self_; }
+  void marked() override { ++marked_; }
+  Result<std::optional<std::string>> holder(std::string_view owner, std::string_view id) override {
+    if (down) return unavailable("index down");
+    auto it = holders.find(std::string(owner) + "/" + std::string(id));
+    return it == holders.end() ? std::optional<std::string>() : std::optional<std::string>(it->second);
+  }
+  std::map<std::string, std::string> holders;  // owner/id -> replica
+  bool down = false;
+  int marked_ = 0;
+
+ private:
+  std::string self_ = "r-self";
+};
+
+// The markers in the store, as (owner/id, deleted), in key order.
+std::vector<std::pair<std::string, bool>> markersIn(billing::BillingDb& db) {
+  std::vector<std::pair<std::string, bool>> out;
+  EXPECT_TRUE(db.scan(billing::kResponseIndexMarkers, [&](std::string_view k, std::string_view v) {
+                  auto m = billing::parseResponseIndexMarker(k, v);
+                  EXPECT_TRUE(m.has_value()) << k;
+                  if (m) out.emplace_back(m->owner + "/" + m->response_id, m->deleted);
+                  return true;
+                }).isOk());
+  return out;
+}
+
+TEST(ResponseStoreTest, WithAnIndexEveryChangeIsMarkedAndRecordsElsewhereAreToldApart) {
+  test::TempDir dir;
+  auto db = openDb(dir);
+  FakeIndex index;
+  ResponseStoreOptions options;
+  options.index = &index;
+  ResponseStore store(*db, options);
+  ASSERT_TRUE(store.record("key_a", true, inputItems("hi"), responseObject("resp_1", "completed")).isOk());
+  ASSERT_TRUE(store.record("key_a", true, inputItems("hi"), responseObject("resp_2", "completed")).isOk());
+  ASSERT_TRUE(store.record("key_a", false, inputItems("hi"), responseObject("resp_3", "completed")).isOk());
+  EXPECT_EQ(markersIn(*db), (std::vector<std::pair<std::string, bool>>{{"key_a/resp_1", false}, {"key_a/resp_2", false}}));
+  EXPECT_EQ(index.marked_, 2);
+  ASSERT_TRUE(*store.remove("key_a", "resp_1"));
+  ASSERT_TRUE(*store.purgeOwner("key_a") == 1);
+  // Markers of one response follow one another in key order.
+  EXPECT_EQ(markersIn(*db), (std::vector<std::pair<std::string, bool>>{
+                                {"key_a/resp_1", false}, {"key_a/resp_1", true}, {"key_a/resp_2", false}, {"key_a/resp_2", true}}));
+  // Not held here: another replica's, nobody's, or this one's own (its
+  // deletion not pushed yet) which counts as nobody's.
+  index.holders = {{"key_a/resp_far", "r-other"}, {"key_a/resp_1", "r-self"}};
+  EXPECT_EQ(store.heldElsewhere("key_a", "resp_far")->value_or(""), "r-other");
+  EXPECT_FALSE(store.heldElsewhere("key_b", "resp_far")->has_value());
+  EXPECT_FALSE(store.heldElsewhere("key_a", "resp_1")->has_value());
+  EXPECT_FALSE(store.heldElsewhere("key_a", "../resp_far")->has_value()) << "ids that are not ours are never asked";
+  index.down = true;
+  EXPECT_EQ(store.heldElsewhere("key_a", "resp_far").status().code(), StatusCode::kUnavailable);
+  // Without an index: nobody else holds anything, and nothing is marked.
+  test::TempDir plain_dir;
+  auto plain_db = openDb(plain_dir);
+  ResponseStore plain(*plain_db, {});
+  ASSERT_TRUE(plain.record("key_a", true, inputItems("hi"), responseObject("resp_1", "completed")).isOk());
+  EXPECT_TRUE(markersIn(*plain_db).empty());
+  EXPECT_FALSE(plain.heldElsewhere("key_a", "resp_far")->has_value());
 }
 
 TEST(ResponseStoreTest, StoreFalseAndUnfinishedResponsesWriteNothing) {
