@@ -121,8 +121,8 @@ spdlog::logger* keyLog() {
 
 }  // namespace
 
-KeyStore::KeyStore(BillingDb& db, std::unique_ptr<LocalControlPlane> own, ControlPlane& control)
-    : db_(db), own_control_(std::move(own)), control_(control) {}
+KeyStore::KeyStore(std::unique_ptr<LocalControlPlane> own, ControlPlane& control)
+    : own_control_(std::move(own)), control_(control) {}
 
 Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db) {
   auto own = std::make_unique<LocalControlPlane>(db);
@@ -136,7 +136,7 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(BillingDb& db, ControlPlane& co
 
 Result<std::unique_ptr<KeyStore>> KeyStore::load(BillingDb& db, std::unique_ptr<LocalControlPlane> own,
                                                  ControlPlane& control) {
-  std::unique_ptr<KeyStore> store(new KeyStore(db, std::move(own), control));
+  std::unique_ptr<KeyStore> store(new KeyStore(std::move(own), control));
   Status bad;
   LG_RETURN_IF_ERROR(db.scan(kTeamPrefix, [&](std::string_view key, std::string_view value) {
     auto team = teamFromJson(value);

@@ -140,12 +140,11 @@ class KeyStore final : public ControlApplier {
   void applyControl(const std::vector<ControlRecord>& records) override;
 
  private:
-  KeyStore(BillingDb& db, std::unique_ptr<LocalControlPlane> own, ControlPlane& control);
+  KeyStore(std::unique_ptr<LocalControlPlane> own, ControlPlane& control);
   static Result<std::unique_ptr<KeyStore>> load(BillingDb& db, std::unique_ptr<LocalControlPlane> own,
                                                 ControlPlane& control);
   void notifyRevoked(const std::vector<ApiKeyInfo>& revoked);
 
-  BillingDb& db_;
   std::unique_ptr<LocalControlPlane> own_control_;  // open(db) alone: the control plane this store made
   ControlPlane& control_;
   mutable std::shared_mutex mu_;
