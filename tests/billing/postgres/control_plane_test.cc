@@ -218,6 +218,13 @@ TEST_F(ControlPlaneTest, ARevocationOnOneReplicaIsRefusedByTheOtherWithinTheBoun
   // Revoked twice, from either side: NotFound, read from PostgreSQL.
   EXPECT_EQ(a->keys().revoke(made->first.id).code(), StatusCode::kNotFound);
   EXPECT_EQ(b->keys().revoke(made->first.id).code(), StatusCode::kNotFound);
+  // Ids from a request that no record can have: NotFound, never sent as SQL.
+  const std::vector<std::string> bad_ids{"", "key_1 OR 1=1", "key_\xff\x01", std::string(600, 'k'), "../team/acme"};
+  for (const std::string& bad : bad_ids) {
+    EXPECT_EQ(a->keys().revoke(bad).code(), StatusCode::kNotFound) << bad;
+    EXPECT_EQ(a->keys().deleteTeam(bad, unixMicros()).status().code(), StatusCode::kNotFound) << bad;
+  }
+  EXPECT_TRUE(a->keys().team("acme").has_value() && !a->keys().team("acme")->deleted());
 }
 
 TEST_F(ControlPlaneTest, DeletingATeamRevokesTheKeysMadeForItOnAnotherReplica) {
