@@ -68,10 +68,16 @@ struct Server::Parts {
   std::unique_ptr<billing::PriceBook> prices;
   std::optional<billing::SystemPromptFingerprinter> fingerprints;
   std::unique_ptr<billing::Budgets> budgets;  // observes the ledger: opened after it, but must outlive it
+  // What the usage API, the ledger routes and the dashboard read: the ledger
+  // of record in PostgreSQL when billing.postgres_url is set (every replica
+  // shows the same numbers), else this ledger. Chosen once, here; declared
+  // before what reads it (the spend source), so it goes after them.
+  std::unique_ptr<billing::pg::PgLedgerReader> pg_reads;
+  const billing::LedgerReads* reads = nullptr;
   // limits.redis_url: budgets and rate limits shared by the replicas. Made
   // after the ledger, which it observes too (after the budgets), and goes
   // after it; its spend source reads the budgets and the ledger.
-  std::unique_ptr<billing::LedgerSpendSource> spend_source;
+  std::unique_ptr<billing::SpendSource> spend_source;
   std::unique_ptr<billing::redis::RedisLimits> redis_limits;
   std::unique_ptr<billing::Ledger> ledger;
   // billing.postgres_url: drains the ledger's outbox. stop() flushes the
@@ -79,11 +85,6 @@ struct Server::Parts {
   // ledger (what the ledger commits after that attempt stays in the outbox
   // for the next start).
   std::unique_ptr<billing::pg::LedgerDrain> drain;
-  // What the usage API, the ledger routes and the dashboard read: the ledger
-  // of record in PostgreSQL when billing.postgres_url is set (every replica
-  // shows the same numbers), else this ledger. Chosen once, here.
-  std::unique_ptr<billing::pg::PgLedgerReader> pg_reads;
-  const billing::LedgerReads* reads = nullptr;
   std::unique_ptr<billing::RateLimiter> rate_limiter;
   std::unique_ptr<billing::Metering> metering;
 
@@ -214,7 +215,14 @@ Status Server::Parts::openBilling() {
     o.reservation_ttl = std::chrono::seconds(config.limits.redis_reservation_ttl_s);
     o.rate = limits;
     o.fallback_replicas = config.limits.redis_fallback_replicas;
-    spend_source = std::make_unique<billing::LedgerSpendSource>(*budgets, *ledger);
+    // Lost counters are rebuilt from every replica's entries when they are
+    // in PostgreSQL (plus this replica's undrained outbox), else from this
+    // replica's ledger alone.
+    if (pg_reads) {
+      spend_source = std::make_unique<billing::RecordSpendSource>(*pg_reads, *ledger);
+    } else {
+      spend_source = std::make_unique<billing::LedgerSpendSource>(*budgets, *ledger);
+    }
     LG_ASSIGN_OR_RETURN(redis_limits, billing::redis::RedisLimits::start(std::move(o), *budgets, *spend_source));
     ledger->addObserver(redis_limits.get());
   }
