@@ -11,7 +11,11 @@
 #             the gateway's own cost, billing included, with the cores its own.
 #   agent:    gateway_bench --mode agent on the bench preset, cache on and then
 #             off (cache.enabled=false): TTFT and throughput through HTTP.
-# Usage: scripts/bench-gateway.sh [models] [overhead] [alone] [agent]   (default: all)
+#   redis:    what admission through Redis adds (issue 23): instant_gateway with
+#             a key budget and per-minute limits, counted in memory and then
+#             through a private redis-server (limits.redis_url), alternated
+#             ROUNDS times at 64 connections; the medians of the overhead p50.
+# Usage: scripts/bench-gateway.sh [models] [overhead] [alone] [agent] [redis]   (default: all but redis)
 # Env: LG_BUILD_DIR (build/), LG_BENCH_MODEL (the bench preset, made in
 # /tmp/lg-bench if missing), ROUNDS (3), SECONDS_EACH (10), LG_BENCH_TMP (/tmp:
 # where the servers' data directories go; /dev/shm puts the ledger on tmpfs).
@@ -125,4 +129,29 @@ if [[ " $what " == *" agent "* ]]; then
       --sessions 3 --turns 4 --system-words 1500 --turn-words 60 --reply-tokens 32 --label "cache_$cache"
     stop_servers
   done
+fi
+
+if [[ " $what " == *" redis "* ]]; then
+  redis_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
+  pids+=($!)
+  redis_pid=$!
+  for _ in $(seq 1 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  # Limits high enough never to refuse: the work of checking them is measured.
+  export LATENTGATE_BILLING_KEY_BUDGET='{"limit": "1000000", "period": "month"}'
+  export LATENTGATE_LIMITS_KEY_REQUESTS_PER_MINUTE=100000000 LATENTGATE_LIMITS_KEY_TOKENS_PER_MINUTE=100000000000
+  : >"$work/mem.p50"; : >"$work/redis.p50"
+  for r in $(seq 1 "$rounds"); do
+    for mode in mem redis; do
+      if [[ $mode == redis ]]; then export LATENTGATE_LIMITS_REDIS_URL=redis://127.0.0.1:$redis_port; else unset LATENTGATE_LIMITS_REDIS_URL; fi
+      LG_SERVER=instant start_server "limits-$mode-$r"
+      line=$("$bench" --mode overhead --port "$port" --key "$key" --ca "$ca" --connections 64 --seconds "$secs" --label "limits_${mode}_$r")
+      echo "$line"
+      python3 -c 'import json, sys; print(json.loads(sys.argv[1])["overhead_ms"]["p50"])' "$line" >>"$work/$mode.p50"
+      kill "${pids[-1]}" 2>/dev/null || true; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+    done
+  done
+  unset LATENTGATE_LIMITS_REDIS_URL LATENTGATE_BILLING_KEY_BUDGET LATENTGATE_LIMITS_KEY_REQUESTS_PER_MINUTE LATENTGATE_LIMITS_KEY_TOKENS_PER_MINUTE
+  mem=$(median <"$work/mem.p50"); red=$(median <"$work/redis.p50")
+  python3 -c "import json; print(json.dumps({'bench': 'redis_admission', 'connections': 64, 'seconds': $secs, 'rounds': $rounds, 'overhead_p50_ms_memory': $mem, 'overhead_p50_ms_redis': $red, 'added_p50_ms': round($red - $mem, 3)}))"
 fi
