@@ -411,21 +411,11 @@ void PgControlPlane::run() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, options_.interval, [&] { return stopping_ || woken_; });
-      woken_ = false;
-      if (stopping_) return;
+      if (cv_.wait_for(lock, options_.interval, [&] { return stopping_; })) return;
     }
     std::lock_guard lock(apply_mu_);
     (void)syncLocked();  // a failure is counted and logged; the next poll retries
   }
-}
-
-void PgControlPlane::wake() {
-  {
-    std::lock_guard lock(mu_);
-    woken_ = true;
-  }
-  cv_.notify_all();
 }
 
 Status PgControlPlane::syncNow() {

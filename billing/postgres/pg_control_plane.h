@@ -108,9 +108,7 @@ class PgControlPlane final : public ControlPlane {
 
   Status update(std::string_view what, const Change& change) override;
 
-  // Poll now rather than at the next interval (tests).
-  void wake();
-  // One poll on the caller's thread (tests, and update()'s catch-up).
+  // One poll on the caller's thread (tests; update() catches up the same way).
   Status syncNow();
 
   const std::string& replicaId() const { return replica_; }
@@ -154,7 +152,6 @@ class PgControlPlane final : public ControlPlane {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;  // guarded by mu_
-  bool woken_ = false;     // guarded by mu_
 
   std::atomic<ControlSyncState> state_{ControlSyncState::kStarting};
   std::atomic<int64_t> last_seq_{0};
