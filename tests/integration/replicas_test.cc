@@ -21,35 +21,13 @@
 
 #include "billing/postgres/pg_control_plane.h"
 #include "tests/integration/harness.h"
-#include "tests/support/postgres_server.h"
+#include "tests/support/postgres_environment.h"
 
 namespace lg::proxy {
 namespace {
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
-using test::PostgresServer;
-
-PostgresServer* g_server = nullptr;
-
-class PostgresEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    std::string error;
-    server_ = PostgresServer::create(&error);
-    ASSERT_NE(server_, nullptr) << error;
-    g_server = server_.get();
-  }
-  void TearDown() override {
-    g_server = nullptr;
-    server_.reset();
-  }
-
- private:
-  std::unique_ptr<PostgresServer> server_;
-};
-
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new PostgresEnvironment);
 
 constexpr int kIntervalMs = 100;
 // The stated bound (interval plus one poll), with room for two shared cores
@@ -74,17 +52,12 @@ std::optional<std::chrono::milliseconds> waitFor(const std::function<bool()>& do
 class ReplicasTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(g_server, nullptr);
     std::string error;
-    if (!g_server->running()) {
-      ASSERT_TRUE(g_server->start(&error)) << error;
-    }
-    static int n = 0;
-    const std::string db = "r" + std::to_string(++n);
-    ASSERT_TRUE(g_server->createDatabase(db, &error)) << error;
+    const auto url = test::freshPostgresDatabase("r", &error);
+    ASSERT_TRUE(url.has_value()) << error;
     for (auto* h : {&a_, &b_}) {
       test::HarnessOptions options;
-      options.config.billing.postgres_url = g_server->url(db) + "?connect_timeout=1";
+      options.config.billing.postgres_url = *url + "?connect_timeout=1";
       options.config.billing.control_sync_interval_ms = kIntervalMs;
       auto started = test::Harness::start(options);
       ASSERT_TRUE(started.isOk()) << started.status().toString();
@@ -262,7 +235,7 @@ TEST_F(ReplicasTest, WithPostgresAwayAdminWritesAre503AndRequestsGoOnWithTheLast
   const std::string key = makeKey(*a_, "acme");
   ASSERT_TRUE(waitFor([&] { return authenticates(*b_, key); }));
   const std::string id = keyId(*a_, key);
-  g_server->stop();
+  test::sharedPostgres()->stop();
   Reply r = call(*a_, "POST", "/admin/keys", a_->adminKey(), json{{"team", "acme"}, {"name", "k2"}});
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_EQ(r.parsed()["error"]["code"], "control_plane_unavailable") << r.body;
@@ -278,7 +251,7 @@ TEST_F(ReplicasTest, WithPostgresAwayAdminWritesAre503AndRequestsGoOnWithTheLast
   EXPECT_EQ(call(*b_, "GET", "/readyz", "").status, 200) << "serving on the last view is ready";
   // Back: in step again; a revocation then reaches both.
   std::string error;
-  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(test::sharedPostgres()->start(&error)) << error;
   ASSERT_TRUE(waitFor([&] { return call(*a_, "GET", "/readyz", "").parsed().value("control_sync", "") == "synced"; }));
   r = call(*b_, "DELETE", "/admin/keys/" + id, b_->adminKey());
   ASSERT_EQ(r.status, 200) << r.body;

@@ -31,35 +31,13 @@
 #include "billing/response_index.h"
 #include "common/metrics.h"
 #include "common/unix_time.h"
-#include "tests/support/postgres_server.h"
+#include "tests/support/postgres_environment.h"
 #include "tests/support/temp_dir.h"
 
 namespace lg::billing::pg {
 namespace {
 
 using namespace std::chrono_literals;
-using test::PostgresServer;
-
-PostgresServer* g_server = nullptr;
-
-class PostgresEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    std::string error;
-    server_ = PostgresServer::create(&error);
-    ASSERT_NE(server_, nullptr) << error;
-    g_server = server_.get();
-  }
-  void TearDown() override {
-    g_server = nullptr;
-    server_.reset();
-  }
-
- private:
-  std::unique_ptr<PostgresServer> server_;
-};
-
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new PostgresEnvironment);
 
 // The bound a test holds the follower to: its interval plus one poll, with
 // room for a loaded machine (two shared cores).
@@ -150,15 +128,10 @@ class Replica {
 class ControlPlaneTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(g_server, nullptr);
     std::string error;
-    if (!g_server->running()) {
-      ASSERT_TRUE(g_server->start(&error)) << error;
-    }
-    static int n = 0;
-    const std::string db = "c" + std::to_string(++n);
-    ASSERT_TRUE(g_server->createDatabase(db, &error)) << error;
-    url_ = g_server->url(db);
+    auto url = test::freshPostgresDatabase("c", &error);
+    ASSERT_TRUE(url.has_value()) << error;
+    url_ = *url;
   }
 
   std::unique_ptr<Replica> replica() {
@@ -438,7 +411,7 @@ TEST_F(ControlPlaneTest, WithPostgresAwayWritesAreUnavailableAndTheLastViewServe
   auto doomed = a->keys().create("acme", "doomed");
   ASSERT_TRUE(made.isOk() && doomed.isOk());
   ASSERT_TRUE(b->control().syncNow().isOk());
-  g_server->stop();
+  test::sharedPostgres()->stop();
   // Writes: refused, nothing changed.
   auto refused = a->keys().create("acme", "not made");
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().toString();
@@ -463,7 +436,7 @@ TEST_F(ControlPlaneTest, WithPostgresAwayWritesAreUnavailableAndTheLastViewServe
   EXPECT_GT(b->control().syncAgeSeconds(), 0.25);
   // Back: the follower resumes, and a revocation made then is refused everywhere.
   std::string error;
-  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(test::sharedPostgres()->start(&error)) << error;
   ASSERT_TRUE(waitFor([&] { return b->control().state() == ControlSyncState::kSynced; }));
   ASSERT_TRUE(b->keys().revoke(doomed->first.id).isOk());
   const auto took = waitFor([&] { return !a->keys().authenticate(doomed->second).has_value(); });
@@ -480,7 +453,7 @@ TEST_F(ControlPlaneTest, AReplicaThatSyncedBeforeStartsOnItsLastViewWhilePostgre
   auto made = a->keys().create("acme", "k");
   ASSERT_TRUE(made.isOk());
   a->close();
-  g_server->stop();
+  test::sharedPostgres()->stop();
   ASSERT_TRUE(a->open().isOk()) << "a replica that synced before serves its last view";
   EXPECT_TRUE(a->keys().authenticate(made->second).has_value());
   EXPECT_EQ(a->control().state(), ControlSyncState::kStale);
@@ -488,7 +461,7 @@ TEST_F(ControlPlaneTest, AReplicaThatSyncedBeforeStartsOnItsLastViewWhilePostgre
   Replica fresh(url_);
   EXPECT_EQ(fresh.open().code(), StatusCode::kUnavailable);
   std::string error;
-  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(test::sharedPostgres()->start(&error)) << error;
   ASSERT_TRUE(waitFor([&] { return a->control().state() == ControlSyncState::kSynced; }));
   // Back in step: a revocation made elsewhere reaches it.
   auto other = replica();
@@ -554,7 +527,7 @@ TEST_F(ControlPlaneTest, TheStoredResponsesIndexSaysWhichReplicaHoldsAResponse) 
   ASSERT_TRUE((*a)->pushNow().isOk());
   EXPECT_EQ(holderOf(**b, "key_1", "resp_1"), "");
   // PostgreSQL away: refused, and at once for a while after; markers kept.
-  g_server->stop();
+  test::sharedPostgres()->stop();
   EXPECT_EQ((*b)->holder("key_1", "resp_2").status().code(), StatusCode::kUnavailable);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ((*b)->holder("key_1", "resp_2").status().code(), StatusCode::kUnavailable);
@@ -563,7 +536,7 @@ TEST_F(ControlPlaneTest, TheStoredResponsesIndexSaysWhichReplicaHoldsAResponse) 
   EXPECT_FALSE((*a)->pushNow().isOk());
   EXPECT_EQ(markers(**db_a), 1u);
   std::string error;
-  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(test::sharedPostgres()->start(&error)) << error;
   ASSERT_TRUE(waitFor([&] {
     auto h = (*b)->holder("key_1", "resp_2");
     return h.isOk() && h->value_or("") == "r-a";

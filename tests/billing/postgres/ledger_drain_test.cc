@@ -15,7 +15,7 @@
 #include "billing/postgres/pg_ledger_writer.h"
 #include "billing/postgres/pg_schema.h"
 #include "common/metrics.h"
-#include "tests/support/postgres_server.h"
+#include "tests/support/postgres_environment.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
 
@@ -23,28 +23,6 @@ namespace lg::billing::pg {
 namespace {
 
 using namespace std::chrono_literals;
-using test::PostgresServer;
-
-PostgresServer* g_server = nullptr;
-
-class PostgresEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    std::string error;
-    server_ = PostgresServer::create(&error);
-    ASSERT_NE(server_, nullptr) << error;
-    g_server = server_.get();
-  }
-  void TearDown() override {
-    g_server = nullptr;
-    server_.reset();
-  }
-
- private:
-  std::unique_ptr<PostgresServer> server_;
-};
-
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new PostgresEnvironment);
 
 LedgerEntry entryNumber(int i) {
   LedgerEntry e;
@@ -111,16 +89,10 @@ class LocalLedger {
 class LedgerDrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(g_server, nullptr);
-    if (!g_server->running()) {
-      std::string error;
-      ASSERT_TRUE(g_server->start(&error)) << error;
-    }
-    static int n = 0;
-    const std::string db = "d" + std::to_string(++n);
     std::string error;
-    ASSERT_TRUE(g_server->createDatabase(db, &error)) << error;
-    options_.postgres.url = g_server->url(db);
+    const auto url = test::freshPostgresDatabase("d", &error);
+    ASSERT_TRUE(url.has_value()) << error;
+    options_.postgres.url = *url;
     options_.postgres.connect_timeout_s = 1;
     options_.postgres.statement_timeout_ms = 5000;
     options_.interval = 20ms;
@@ -199,7 +171,7 @@ TEST_F(LedgerDrainTest, PostgresAwayCommitsContinueTheOutboxHoldsAndDrainsOnRetu
   local.commit(0, 40);
   ASSERT_TRUE(drained(local.ledger()));
 
-  g_server->stop();
+  test::sharedPostgres()->stop();
   local.commit(40, 140);  // every commit still succeeds: the ledger never waits for PostgreSQL
   const auto until = std::chrono::steady_clock::now() + 5s;
   while (drain->stats().failures == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
@@ -212,7 +184,7 @@ TEST_F(LedgerDrainTest, PostgresAwayCommitsContinueTheOutboxHoldsAndDrainsOnRetu
   EXPECT_NE(w.text().find("latentgate_ledger_outbox_entries 100"), std::string::npos) << w.text();
 
   std::string error;
-  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(test::sharedPostgres()->start(&error)) << error;
   local.commit(140, 160);
   ASSERT_TRUE(drained(local.ledger()));
   expectPostgresEqualsLedger(local.ledger(), 160);
@@ -298,7 +270,7 @@ TEST_F(LedgerDrainTest, ShutdownDrainsWhatIsLeftWithinItsBound) {
   while (again->state() != DrainState::kDraining && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(5ms);
   }
-  g_server->stop();
+  test::sharedPostgres()->stop();
   local.commit(200, 220);
   const auto t0 = std::chrono::steady_clock::now();
   again.reset();

@@ -17,49 +17,20 @@
 #include "billing/postgres/pg_ledger_reader.h"
 #include "billing/postgres/pg_ledger_writer.h"
 #include "billing/postgres/pg_schema.h"
-#include "tests/support/postgres_server.h"
+#include "tests/support/postgres_environment.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
 
 namespace lg::billing::pg {
 namespace {
 
-using test::PostgresServer;
-
-test::PostgresServer* g_server = nullptr;
-
-class PostgresEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    std::string error;
-    server_ = PostgresServer::create(&error);
-    ASSERT_NE(server_, nullptr) << error;
-    g_server = server_.get();
-  }
-  void TearDown() override {
-    g_server = nullptr;
-    server_.reset();  // stops the postmaster it started, removes its directory
-  }
-
- private:
-  std::unique_ptr<PostgresServer> server_;
-};
-
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new PostgresEnvironment);
-
 class PgLedgerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(g_server, nullptr);
-    if (!g_server->running()) {
-      std::string error;
-      ASSERT_TRUE(g_server->start(&error)) << error;
-    }
-    static int n = 0;
-    const std::string db = "t" + std::to_string(++n);
     std::string error;
-    ASSERT_TRUE(g_server->createDatabase(db, &error)) << error;
-    options_.url = g_server->url(db);
+    const auto url = test::freshPostgresDatabase("t", &error);
+    ASSERT_TRUE(url.has_value()) << error;
+    options_.url = *url;
   }
 
   void migrated() {
@@ -554,8 +525,8 @@ TEST_F(PgLedgerTest, PostgresAwayAndBackWritesTheHeldBatchOnce) {
   ASSERT_TRUE(writer.write(first).isOk());
   ASSERT_TRUE(reader.entryCount().isOk());  // both hold a connection that the stop breaks
 
-  const pid_t pid = g_server->pid();
-  g_server->stop();
+  const pid_t pid = test::sharedPostgres()->pid();
+  test::sharedPostgres()->stop();
   EXPECT_NE(kill(pid, 0), 0);
   auto w = writer.write(held);
   ASSERT_FALSE(w.isOk());
@@ -568,7 +539,7 @@ TEST_F(PgLedgerTest, PostgresAwayAndBackWritesTheHeldBatchOnce) {
   EXPECT_EQ(w.status().code(), StatusCode::kUnavailable);
 
   std::string error;
-  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(test::sharedPostgres()->start(&error)) << error;
   std::vector<LedgerEntry> drain = first;  // the outbox still held the first batch too
   drain.insert(drain.end(), held.begin(), held.end());
   w = writer.write(drain);
