@@ -575,9 +575,9 @@ TEST_F(PgLedgerTest, AConnectionClosedWhileIdleIsReplacedOnItsNextUse) {
   migrated();
   PgLedgerReader reader(options_);
   ASSERT_TRUE(reader.entryCount().isOk());
-  g_server->stop();
+  test::sharedPostgres()->stop();
   std::string error;
-  ASSERT_TRUE(g_server->start(&error)) << error;
+  ASSERT_TRUE(test::sharedPostgres()->start(&error)) << error;
   auto n = reader.entryCount();
   ASSERT_TRUE(n.isOk()) << n.status().toString();
   EXPECT_EQ(*n, 0);
