@@ -257,7 +257,8 @@ TEST_F(PostgresServeTest, ReplicasShowPostgresNumbersThroughAnOutageAndLoseNothi
   EXPECT_EQ(prom.find("latentgate_ledger_drain_state", {{"state", "draining"}}), 1.0);
   const CurlReply ready = get(*a, "/readyz", "");
   EXPECT_EQ(ready.status, 200);
-  EXPECT_EQ(json::parse(ready.body), (json{{"status", "ready"}, {"ledger_drain", "draining"}}));
+  EXPECT_EQ(json::parse(ready.body),
+            (json{{"status", "ready"}, {"ledger_drain", "draining"}, {"control_sync", "synced"}}));
 
   // ---- every replica shows the same numbers: what the clients were told and what PostgreSQL holds
   expectUsageIsWhatClientsWereTold(*a, told, "replica a");

@@ -259,8 +259,9 @@ TEST_F(RedisLimitsTest, AmountsPast2To53AreComparedExactly) {
   EXPECT_TRUE(std::holds_alternative<BudgetRefusal>(admitNow(limits, alice_, "r3", 2)));
   EXPECT_TRUE(held.granted(admitNow(limits, alice_, "r4", 1)));  // exactly 2 * big
   EXPECT_EQ(reservedBy(alice_, BudgetScope::kKey), std::to_string(2 * big));
-  // Near int64's end too.
-  const int64_t huge = std::numeric_limits<int64_t>::max() - 5;
+  // At the largest budget the settings allow (1,000,000 USD: 10^18
+  // pico-dollars, within a factor of 10 of int64's end).
+  const int64_t huge = 1'000'000'000'000'000'000;
   ASSERT_TRUE(budgets_->set(BudgetScope::kKey, bob_.key_id, budget(huge, BudgetPeriodSetting::kTotal)).isOk());
   ASSERT_TRUE(held.granted(admitNow(limits, bob_, "r5", huge - 10)));
   EXPECT_TRUE(std::holds_alternative<BudgetRefusal>(admitNow(limits, bob_, "r6", 11)));
