@@ -34,6 +34,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/billing/bench_entries.h"
 #include "billing/billing_db.h"
 #include "billing/ledger.h"
 #include "billing/postgres/ledger_drain.h"
@@ -51,30 +52,6 @@ using nlohmann::json;
 
 double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-LedgerEntry entryFor(const std::string& run, int client, int64_t n) {
-  LedgerEntry e;
-  e.request_id = "req_" + run + "_" + std::to_string(client) + "_" + std::to_string(n);
-  e.response_id = "chatcmpl-" + e.request_id;
-  e.key_id = "key_" + std::to_string(client % 16);
-  e.team = "team-" + std::to_string(client % 4);
-  e.model = "demo";
-  e.requested_model = "deepseek-chat";
-  e.endpoint = "/v1/chat/completions";
-  e.system_prompt = "sp" + std::to_string(client % 8);
-  e.start_us = unixMicros();
-  e.end_us = e.start_us + 250'000;
-  e.ttft_us = 40'000;
-  e.hit_tokens_tier0 = 1'536;
-  e.miss_tokens = 120 + n % 64;
-  e.prompt_tokens = e.hitTokens() + e.miss_tokens;
-  e.output_tokens = 200 + n % 100;
-  e.prices.rates = kDeepSeekRates;
-  e.prices.priced_as = "default";
-  e.finish_reason = "stop";
-  e.price();
-  return e;
-}
-
 // `clients` committing for `seconds` (or until `total` entries); the count.
 int64_t commitFor(Ledger& ledger, const std::string& run, int clients, double seconds, int64_t total) {
   std::atomic<int64_t> committed{0}, next{0};
@@ -84,7 +61,7 @@ int64_t commitFor(Ledger& ledger, const std::string& run, int clients, double se
     threads.emplace_back([&, c] {
       for (int64_t n = 0; secondsSince(start) < seconds && next.fetch_add(1) < total; ++n) {
         std::promise<Status> done;
-        ledger.commit(entryFor(run, c, n), std::nullopt, [&](Status s) { done.set_value(std::move(s)); });
+        ledger.commit(benchEntry(run + "_", c, n), std::nullopt, [&](Status s) { done.set_value(std::move(s)); });
         if (done.get_future().get().isOk()) ++committed;
       }
     });

@@ -36,6 +36,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/billing/bench_entries.h"
 #include "billing/billing_db.h"
 #include "billing/ledger.h"
 #include "billing/prices.h"
@@ -78,30 +79,6 @@ json fsyncRun(const fs::path& dir, double seconds) {
           {"latency_ms", {{"p50", percentile(ms, 0.5)}, {"p99", percentile(ms, 0.99)}}}};
 }
 
-LedgerEntry entryFor(int client, int64_t n) {
-  LedgerEntry e;
-  e.request_id = "req_" + std::to_string(client) + "_" + std::to_string(n);
-  e.response_id = "chatcmpl-" + e.request_id;
-  e.key_id = "key_" + std::to_string(client % 16);
-  e.team = "team-" + std::to_string(client % 4);
-  e.model = "demo";
-  e.requested_model = "deepseek-chat";
-  e.endpoint = "/v1/chat/completions";
-  e.system_prompt = "sp" + std::to_string(client % 8);
-  e.start_us = unixMicros();
-  e.end_us = e.start_us + 250'000;
-  e.ttft_us = 40'000;
-  e.hit_tokens_tier0 = 1'536;
-  e.miss_tokens = 120 + n % 64;
-  e.prompt_tokens = e.hitTokens() + e.miss_tokens;
-  e.output_tokens = 200 + n % 100;
-  e.prices.rates = kDeepSeekRates;
-  e.prices.priced_as = "default";
-  e.finish_reason = "stop";
-  e.price();
-  return e;
-}
-
 json ledgerRun(const fs::path& dir, int clients, double seconds) {
   const fs::path store = dir / ("ledger-" + std::to_string(clients));
   fs::remove_all(store);
@@ -118,7 +95,7 @@ json ledgerRun(const fs::path& dir, int clients, double seconds) {
       for (int64_t n = 0; secondsSince(start) < seconds; ++n) {
         std::promise<Status> done;
         const auto t = Clock::now();
-        (*ledger)->commit(entryFor(c, n), std::nullopt, [&](Status s) { done.set_value(std::move(s)); });
+        (*ledger)->commit(benchEntry("", c, n), std::nullopt, [&](Status s) { done.set_value(std::move(s)); });
         const Status s = done.get_future().get();
         latency[static_cast<size_t>(c)].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
         (s.isOk() ? committed : failed)++;
