@@ -2,16 +2,58 @@
 
 #include <hiredis/hiredis.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <sys/time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <cstring>
+
+#include "common/check.h"
 
 namespace lg::billing::redis {
 namespace {
 
 timeval timevalOf(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
+
+// hiredis writes with write(2), which raises SIGPIPE on a connection the
+// server reset (a Redis restart), and SIGPIPE's default ends the process.
+// While one lives, this thread's writes get EPIPE instead, and a SIGPIPE
+// they raised is taken off the thread before the mask is put back (what
+// libpq does where MSG_NOSIGNAL cannot be used).
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~SigpipeBlocked() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      const timespec now{0, 0};
+      while (sigtimedwait(&pipe, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+  bool was_pending_ = false;
+};
 
 // %XX escapes in a URL's user and password.
 Result<std::string> percentDecoded(std::string_view s, std::string_view what) {
@@ -246,6 +288,7 @@ Result<std::vector<RedisReply>> RedisConnection::exchange(const std::vector<Redi
   }
   std::vector<RedisReply> out;
   out.reserve(commands.size());
+  const SigpipeBlocked no_sigpipe;  // redisGetReply writes what was appended first
   for (size_t i = 0; i < commands.size(); ++i) {
     void* raw = nullptr;
     if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return failed("a command");
@@ -264,6 +307,8 @@ const RedisScript* RedisConnection::scriptBySha(std::string_view sha) const {
 
 Result<std::vector<RedisReply>> RedisConnection::pipeline(const std::vector<RedisCommand>& commands) {
   if (commands.empty()) return std::vector<RedisReply>{};
+  // Its replies would be taken for the streamed commands' (or theirs for its).
+  LG_CHECK(awaited_.empty(), "a pipeline on a connection with ", awaited_.size(), " streamed command(s) awaited");
   Result<std::vector<RedisReply>> replies = unavailable("Redis: not tried");
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (ctx_ == nullptr) {
@@ -306,6 +351,130 @@ Result<std::vector<RedisReply>> RedisConnection::pipeline(const std::vector<Redi
   }
   for (size_t k = 0; k < again.size(); ++k) (*replies)[again[k]] = std::move((*second)[scripts_.size() + k]);
   return replies;
+}
+
+// ---------------------------------------------------------------- streaming
+
+int RedisConnection::fd() const { return ctx_ == nullptr ? -1 : ctx_->fd; }
+
+bool RedisConnection::write(const RedisCommand& command) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  argv.reserve(command.size());
+  lens.reserve(command.size());
+  for (const std::string& a : command) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) return false;
+  const SigpipeBlocked no_sigpipe;
+  // The socket blocks, bounded by command_timeout_ms (SO_SNDTIMEO): a write
+  // returns once the kernel took the bytes, long before the reply.
+  for (int done = 0; !done;) {
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) return false;
+  }
+  return true;
+}
+
+void RedisConnection::failAwaited(std::vector<Token>& lost) {
+  for (const Awaited& a : awaited_) {
+    if (!a.internal) lost.push_back(a.token);
+  }
+  awaited_.clear();
+  resent_ = false;
+  drop();
+  retry_at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_ms);
+}
+
+Status RedisConnection::send(const RedisCommand& command, Token token, std::vector<Token>& lost) {
+  if (ctx_ == nullptr) {
+    if (coolingDown()) {
+      lost.push_back(token);
+      return unavailable("Redis: unreachable, next attempt in " + std::to_string(retryIn().count()) + " ms");
+    }
+    if (Status s = connect(); !s.isOk()) {
+      retry_at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_ms);
+      lost.push_back(token);
+      return s;
+    }
+  }
+  if (awaited_.empty()) last_progress_ = std::chrono::steady_clock::now();
+  awaited_.push_back({token, command, false, false});
+  if (!write(command)) {
+    Status s = unavailable(std::string("Redis: a write failed: ") + ctx_->errstr);
+    failAwaited(lost);
+    return s;
+  }
+  return Status::ok();
+}
+
+Status RedisConnection::receive(std::vector<Received>& replies, std::vector<Token>& lost) {
+  if (ctx_ == nullptr) return unavailable("Redis: not connected");
+  if (redisBufferRead(ctx_) != REDIS_OK) {
+    const std::string why = ctx_->errstr;
+    const bool stale = ctx_->err == REDIS_ERR_EOF || why.find("reset") != std::string::npos;
+    if (stale && !resent_) {
+      // The server closed the connection (a restart): once, a new one, and
+      // everything awaited sent again on it, in order.
+      drop();
+      if (connect().isOk()) {
+        resent_ = true;
+        last_progress_ = std::chrono::steady_clock::now();
+        bool ok = true;
+        for (const Awaited& a : awaited_) ok = ok && write(a.command);
+        if (ok) return Status::ok();
+      }
+    }
+    Status s = unavailable("Redis: a read failed: " + why);
+    failAwaited(lost);
+    return s;
+  }
+  for (;;) {
+    void* raw = nullptr;
+    if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) {
+      Status s = unavailable(std::string("Redis: a reply could not be read: ") + ctx_->errstr);
+      failAwaited(lost);
+      return s;
+    }
+    if (raw == nullptr) return Status::ok();  // the rest has not arrived yet
+    RedisReply reply = convert(static_cast<redisReply*>(raw));
+    freeReplyObject(raw);
+    if (awaited_.empty()) {
+      Status s = unavailable("Redis: a reply to no command");
+      failAwaited(lost);
+      return s;
+    }
+    Awaited a = std::move(awaited_.front());
+    awaited_.pop_front();
+    last_progress_ = std::chrono::steady_clock::now();
+    resent_ = false;
+    if (a.internal) continue;
+    if (reply.isError() && reply.str.starts_with("NOSCRIPT") && !a.loaded_for && a.command.size() > 1 &&
+        scriptBySha(a.command[1]) != nullptr) {
+      // The server lost its scripts (SCRIPT FLUSH) without dropping us; the
+      // command did nothing: load them and send it again.
+      bool ok = true;
+      for (const RedisScript* s : scripts_) {
+        RedisCommand load{"SCRIPT", "LOAD", s->body()};
+        awaited_.push_back({0, load, true, false});
+        ok = ok && write(load);
+      }
+      awaited_.push_back({a.token, std::move(a.command), false, true});
+      if (!ok || !write(awaited_.back().command)) {
+        Status s = unavailable(std::string("Redis: a write failed: ") + ctx_->errstr);
+        failAwaited(lost);
+        return s;
+      }
+      continue;
+    }
+    replies.push_back({a.token, std::move(reply)});
+  }
+}
+
+std::vector<RedisConnection::Token> RedisConnection::expire() {
+  std::vector<Token> lost;
+  failAwaited(lost);
+  return lost;
 }
 
 Result<RedisReply> RedisConnection::command(const RedisCommand& command) {

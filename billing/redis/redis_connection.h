@@ -9,17 +9,26 @@
 // which every call fails at once with Unavailable (a store that is away
 // costs callers nothing), then the next call connects again.
 //
-// A pipeline that finds its connection broken by the server (EOF, reset: a
-// Redis restart while the connection was idle) connects once more and sends
-// it again at once, so every command sent here must be safe to run twice:
-// the limit scripts are (admission by request id, settlement behind a
-// marker, releases and refreshes by name).
+// Two ways to use it, not mixed on one connection at once:
+//   - pipeline(): send commands, then wait for their replies (setup, tests);
+//   - streaming: send() writes a command at once, however many are still
+//     awaited, and receive() hands out the replies, each with the token it
+//     was sent with, once fd() is readable. One thread multiplexes every
+//     caller's commands on one connection, and none waits for another's
+//     batch (RedisLimits).
+//
+// A connection found broken by the server (EOF, reset: a Redis restart while
+// the connection was idle) is made again once and what was awaited is sent
+// again at once, so every command sent here must be safe to run twice: the
+// limit scripts are (admission by request id, settlement behind a marker,
+// releases and refreshes by name).
 //
 // Thread-safety: none; one owner thread at a time.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -97,6 +106,34 @@ class RedisConnection {
   Result<std::vector<RedisReply>> pipeline(const std::vector<RedisCommand>& commands);
   Result<RedisReply> command(const RedisCommand& command);
 
+  // ---- streaming
+  using Token = uint64_t;
+  struct Received {
+    Token token;
+    RedisReply reply;
+  };
+  // Writes `command` now, connecting first when needed; its reply comes from
+  // receive() with `token`. Unavailable: Redis could not be reached (cooling
+  // down, connecting failed, the write failed): the connection is dropped,
+  // and `lost` gets the tokens of every command awaited, this one included.
+  Status send(const RedisCommand& command, Token token, std::vector<Token>& lost);
+  // The socket to wait on for replies; -1 when not connected.
+  int fd() const;
+  size_t awaited() const { return awaited_.size(); }
+  // When a reply last came, or the first command was sent after none was
+  // awaited: awaited commands with no reply for command_timeout_ms since
+  // then have timed out (expire()).
+  std::chrono::steady_clock::time_point lastProgress() const { return last_progress_; }
+  // Once fd() is readable: appends every complete reply that arrived, in the
+  // order their commands were sent. A NOSCRIPT reply loads the scripts and
+  // sends that command again (its reply comes later). Unavailable: the
+  // connection failed and was dropped; `lost` gets the tokens whose replies
+  // will never come.
+  Status receive(std::vector<Received>& replies, std::vector<Token>& lost);
+  // Awaited replies took too long: drops the connection and cools down;
+  // the tokens of every command awaited.
+  std::vector<Token> expire();
+
   // Whether the last call reached Redis, and whether calls fail at once now.
   bool connected() const { return ctx_ != nullptr; }
   bool coolingDown() const { return std::chrono::steady_clock::now() < retry_at_; }
@@ -111,12 +148,26 @@ class RedisConnection {
   // server's end of an old connection (EOF, reset), worth one retry.
   Result<std::vector<RedisReply>> exchange(const std::vector<RedisCommand>& commands, bool* stale);
   const RedisScript* scriptBySha(std::string_view sha) const;
+  // Appends a command to the output buffer and writes it out.
+  bool write(const RedisCommand& command);
+  // The connection failed: dropped, cooling down, every awaited token lost.
+  void failAwaited(std::vector<Token>& lost);
+
+  struct Awaited {
+    Token token = 0;
+    RedisCommand command;
+    bool internal = false;     // a SCRIPT LOAD sent for a NOSCRIPT reply: its reply is not handed out
+    bool loaded_for = false;   // sent again after a NOSCRIPT reply already
+  };
 
   const RedisOptions options_;
   Result<RedisEndpoint> endpoint_;
   redisContext* ctx_ = nullptr;
   std::chrono::steady_clock::time_point retry_at_{};
   std::vector<const RedisScript*> scripts_;
+  std::deque<Awaited> awaited_;  // streaming: sent, reply not yet read, in order
+  std::chrono::steady_clock::time_point last_progress_{};
+  bool resent_ = false;  // the awaited commands were sent again on a new connection, no reply since
 };
 
 }  // namespace lg::billing::redis

@@ -1,7 +1,13 @@
 #include "billing/redis/redis_limits.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <utility>
 
 #include "billing/redis/limit_scripts.h"
@@ -23,7 +29,8 @@ constexpr int64_t kWindowTtlS = 2 * kWindowS;
 // A seed above this is held there (already far past any budget): the
 // settlement's HINCRBY then cannot overflow int64.
 constexpr Int128 kMaxSeed = Int128{1} << 62;
-// Operations and admissions per pipeline, so one round stays short.
+// Operations written per pass of the thread, so that admissions queued
+// meanwhile are not held behind a long backlog (after an outage).
 constexpr size_t kMaxBatch = 1024;
 // Rounds of seeding one admission may take (a flush between two is rare).
 constexpr int kMaxSeedRounds = 3;
@@ -108,6 +115,8 @@ Result<std::unique_ptr<RedisLimits>> RedisLimits::start(RedisLimitsOptions optio
   if (options.fallback_replicas < 1) return invalidArgument("fallback_replicas: expected >= 1");
   if (options.reservation_ttl < std::chrono::milliseconds(1)) return invalidArgument("reservation_ttl: expected > 0");
   std::unique_ptr<RedisLimits> limits(new RedisLimits(std::move(options), budgets, source));
+  limits->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (limits->wake_fd_ < 0) return internalError("Redis limits: eventfd failed: " + std::string(std::strerror(errno)));
   limits->thread_ = std::thread([raw = limits.get()] { raw->run(); });
   return limits;
 }
@@ -117,8 +126,9 @@ RedisLimits::~RedisLimits() {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  wake();
   if (thread_.joinable()) thread_.join();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 int64_t RedisLimits::nowS() const { return options_.clock_s ? options_.clock_s() : unixSeconds(); }
@@ -165,13 +175,13 @@ void RedisLimits::admit(LimitAsk ask, std::function<void(LimitOutcome)> done) {
     count(kUnavailable);
     return job->done(LimitsUnavailable{"the server is stopping", 1});
   }
-  cv_.notify_one();
+  wake();
 }
 
 void RedisLimits::stopAdmitting() {
   std::unique_lock lock(mu_);
   admitting_ = false;
-  cv_.notify_one();
+  wake();
   answered_.wait(lock, [&] { return jobs_.empty() && jobs_in_flight_ == 0; });
 }
 
@@ -229,7 +239,7 @@ void RedisLimits::releaseReservation(const BudgetReservation& r) {
     live_.erase(r.requestId());
     ops_.push_back(std::move(op));
   }
-  cv_.notify_one();
+  wake();
 }
 
 void RedisLimits::committed(const LedgerEntry& entry) {
@@ -255,7 +265,7 @@ void RedisLimits::committed(const LedgerEntry& entry) {
     if (live_.count(entry.request_id) > 0) settling_.insert(entry.request_id);
     ops_.push_back(std::move(op));
   }
-  cv_.notify_one();
+  wake();
 }
 
 void RedisLimits::enqueue(Op op) {
@@ -263,13 +273,13 @@ void RedisLimits::enqueue(Op op) {
     std::lock_guard lock(mu_);
     ops_.push_back(std::move(op));
   }
-  cv_.notify_one();
+  wake();
 }
 
 bool RedisLimits::flush(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   ops_retry_at_ = {};  // now, if Redis is back
-  cv_.notify_one();
+  wake();
   return flushed_.wait_for(lock, timeout, [&] { return ops_.empty() && ops_in_flight_ == 0; });
 }
 
@@ -285,56 +295,223 @@ size_t RedisLimits::liveReservations() const {
 
 // ----------------------------------------------------------------- the thread
 
+void RedisLimits::wake() {
+  const uint64_t one = 1;
+  // Fails only when the counter is full (it is not: the thread drains it).
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+}
+
 void RedisLimits::run() {
   const std::chrono::milliseconds every =
       options_.refresh_every ? *options_.refresh_every
                              : std::clamp(options_.reservation_ttl / 3, std::chrono::milliseconds(10),
                                           std::chrono::milliseconds(60'000));
+  const auto command_timeout = std::chrono::milliseconds(options_.redis.command_timeout_ms);
   std::unique_lock lock(mu_);
   next_refresh_ = Clock::now() + every;
-  auto ready = [&] {
-    const auto now = Clock::now();
-    return stopping_ || !jobs_.empty() || (!ops_.empty() && now >= ops_retry_at_) ||
-           (every.count() > 0 && now >= next_refresh_);
-  };
+  std::optional<Clock::time_point> shutdown_until;
   for (;;) {
-    while (!ready()) {
-      auto until = every.count() > 0 ? next_refresh_ : Clock::time_point::max();
-      if (!ops_.empty()) until = std::min(until, ops_retry_at_);
-      if (until == Clock::time_point::max()) {
-        cv_.wait(lock);
-      } else {
-        cv_.wait_until(lock, until);
-      }
+    if (stopping_ && !shutdown_until) shutdown_until = Clock::now() + options_.shutdown_flush;
+    if (shutdown_until && ((ops_.empty() && jobs_.empty() && pending_.empty()) || Clock::now() >= *shutdown_until)) {
+      break;
     }
-    if (stopping_) break;
-    const bool refresh = every.count() > 0 && Clock::now() >= next_refresh_;
+    const bool refresh = !shutdown_until && every.count() > 0 && Clock::now() >= next_refresh_;
     if (refresh) next_refresh_ = Clock::now() + every;
-    round(lock, refresh);
+    sendQueued(lock, refresh);  // unlocks while sending
+
+    // Wait for a reply, new work, the next refresh or retry, or a timeout.
+    const auto now = Clock::now();
+    auto until = shutdown_until ? *shutdown_until : Clock::time_point::max();
+    if (every.count() > 0 && !shutdown_until) until = std::min(until, next_refresh_);
+    if (!ops_.empty()) until = std::min(until, std::max(now, ops_retry_at_));
+    if (conn_->awaited() > 0) until = std::min(until, conn_->lastProgress() + command_timeout);
+    lock.unlock();
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn_->awaited() > 0 ? conn_->fd() : -1, POLLIN, 0}};
+    int timeout_ms = -1;
+    if (until != Clock::time_point::max()) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::ceil<std::chrono::milliseconds>(until - now).count(), 0, 60'000));
+    }
+    if (::poll(fds, 2, timeout_ms) > 0 && (fds[0].revents & POLLIN) != 0) {
+      uint64_t n = 0;
+      [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &n, sizeof n);
+    }
+    if (fds[1].fd >= 0 && fds[1].revents != 0) {
+      std::vector<RedisConnection::Received> replies;
+      std::vector<RedisConnection::Token> lost;
+      const Status s = conn_->receive(replies, lost);
+      if (!replies.empty()) setState(RedisState::kUp, Status::ok());
+      for (RedisConnection::Received& r : replies) onReply(r.token, r.reply);
+      if (!s.isOk()) onLost(lost, s);
+    }
+    if (conn_->awaited() > 0 && Clock::now() >= conn_->lastProgress() + command_timeout) {
+      onLost(conn_->expire(), unavailable("Redis: no reply within " + std::to_string(command_timeout.count()) + " ms"));
+    }
+    lock.lock();
   }
-  // Shutdown: what is queued, for a bounded time; admissions still waiting
-  // are answered (the server stops serving before this).
-  const auto until = Clock::now() + options_.shutdown_flush;
-  while ((!ops_.empty() || !jobs_.empty()) && Clock::now() < until) {
-    round(lock, false);
-    if (!ops_.empty()) cv_.wait_until(lock, std::min(until, ops_retry_at_));
-  }
+  // Shutdown: admissions still waiting are answered (the server stops
+  // serving before this); what was not sent in time is counted.
   std::deque<std::unique_ptr<Job>> left = std::move(jobs_);
   jobs_.clear();
-  if (!ops_.empty()) {
+  size_t unsent = ops_.size();
+  ops_.clear();
+  lock.unlock();
+  for (auto& [token, p] : pending_) {
+    if (p.kind == Pending::Kind::kOp) ++unsent;
+    if (p.kind == Pending::Kind::kJob) left.push_back(std::move(p.job));
+  }
+  pending_.clear();
+  if (unsent > 0) {
     // A settlement lost here leaves the shared spend below the ledger until
     // the period renews or the counters are rebuilt (docs/billing.md).
-    billingLog()->error("Redis: {} settlement(s), release(s) and give-back(s) not sent at shutdown", ops_.size());
-    dropped_ops_.fetch_add(ops_.size(), std::memory_order_relaxed);
-    ops_.clear();
+    billingLog()->error("Redis: {} settlement(s), release(s) and give-back(s) not sent at shutdown", unsent);
+    dropped_ops_.fetch_add(unsent, std::memory_order_relaxed);
   }
+  lock.lock();
+  ops_in_flight_ = 0;
   flushed_.notify_all();
   lock.unlock();
   for (auto& job : left) {
     count(kUnavailable);
     job->done(LimitsUnavailable{"the server is stopping", 1});
   }
+  lock.lock();
+  jobs_in_flight_ = 0;
   answered_.notify_all();
+}
+
+void RedisLimits::sendQueued(std::unique_lock<std::mutex>& lock, bool refresh) {
+  std::vector<std::unique_ptr<Job>> jobs;
+  while (!jobs_.empty()) {
+    jobs.push_back(std::move(jobs_.front()));
+    jobs_.pop_front();
+  }
+  std::vector<Op> ops;
+  if (Clock::now() >= ops_retry_at_) {
+    while (!ops_.empty() && ops.size() < kMaxBatch) {
+      ops.push_back(std::move(ops_.front()));
+      ops_.pop_front();
+    }
+  }
+  // Taken under the lock with the operations: a release queued after this
+  // is sent after the refresh, one queued before was taken above (and its
+  // request is no longer live), so a refresh never puts a released
+  // reservation back.
+  std::vector<std::pair<std::string, Live>> live;
+  if (refresh) live.assign(live_.begin(), live_.end());
+  ops_in_flight_ += ops.size();
+  jobs_in_flight_ += jobs.size();
+  if (ops.empty() && jobs.empty() && live.empty()) return;
+  lock.unlock();
+  // Operations first, in their order; then refreshes; then admissions.
+  for (Op& op : ops) {
+    RedisCommand c = op.command;
+    send(Pending{Pending::Kind::kOp, std::move(op), nullptr}, c);
+  }
+  if (!live.empty()) {
+    for (const auto& [id, l] : live) send(Pending{Pending::Kind::kRefresh, {}, nullptr}, refreshCommand(id, l));
+  }
+  for (auto& job : jobs) {
+    RedisCommand c = admitCommand(*job);
+    send(Pending{Pending::Kind::kJob, {}, std::move(job)}, c);
+  }
+  lock.lock();
+}
+
+void RedisLimits::send(Pending pending, const RedisCommand& command) {
+  const RedisConnection::Token token = next_token_++;
+  pending_.emplace(token, std::move(pending));
+  std::vector<RedisConnection::Token> lost;
+  if (Status s = conn_->send(command, token, lost); !s.isOk()) onLost(lost, s);
+}
+
+void RedisLimits::answer(std::unique_ptr<Job> job, LimitOutcome out) {
+  admission_seconds_.observe(std::chrono::duration<double>(Clock::now() - job->queued).count());
+  job->done(std::move(out));
+  job.reset();
+  std::lock_guard lock(mu_);
+  if (--jobs_in_flight_ == 0 && jobs_.empty()) answered_.notify_all();
+}
+
+void RedisLimits::opDone() {
+  std::lock_guard lock(mu_);
+  if (--ops_in_flight_ == 0 && ops_.empty()) flushed_.notify_all();
+}
+
+void RedisLimits::onReply(RedisConnection::Token token, const RedisReply& reply) {
+  auto it = pending_.find(token);
+  if (it == pending_.end()) return;
+  Pending p = std::move(it->second);
+  pending_.erase(it);
+  switch (p.kind) {
+    case Pending::Kind::kOp:
+      if (reply.isError()) {
+        // Refused by Redis itself (a key of the wrong type, say): sending it
+        // again would be refused again.
+        const Op::Kind k = p.op.kind;
+        error(k == Op::Kind::kSettle ? kErrSettle : k == Op::Kind::kRelease ? kErrRelease : kErrGiveBack);
+        billingLog()->error("Redis refused a {}: {}",
+                            k == Op::Kind::kSettle ? "settlement" : k == Op::Kind::kRelease ? "release" : "give-back",
+                            reply.str);
+      }
+      opDone();
+      break;
+    case Pending::Kind::kRefresh:
+      if (reply.isError()) error(kErrRefresh);
+      break;
+    case Pending::Kind::kJob: {
+      std::optional<LimitOutcome> out = decided(*p.job, reply, seeds_read_);
+      if (out) {
+        answer(std::move(p.job), std::move(*out));
+      } else {
+        // Seeded now: asked again at once.
+        RedisCommand c = admitCommand(*p.job);
+        send(Pending{Pending::Kind::kJob, {}, std::move(p.job)}, c);
+      }
+      break;
+    }
+  }
+  // Seeds read for a burst of admissions (many requests of one team ask for
+  // the same period at once after a flush) are kept until it is over.
+  if (pending_.empty()) seeds_read_.clear();
+}
+
+void RedisLimits::onLost(const std::vector<RedisConnection::Token>& tokens, const Status& why) {
+  setState(RedisState::kDown, why);
+  std::vector<Op> back;
+  bool refresh_lost = false, admit_lost = false;
+  for (RedisConnection::Token token : tokens) {
+    auto it = pending_.find(token);
+    if (it == pending_.end()) continue;
+    Pending p = std::move(it->second);
+    pending_.erase(it);
+    switch (p.kind) {
+      case Pending::Kind::kOp: {
+        const Op::Kind k = p.op.kind;
+        error(k == Op::Kind::kSettle ? kErrSettle : k == Op::Kind::kRelease ? kErrRelease : kErrGiveBack);
+        back.push_back(std::move(p.op));
+        break;
+      }
+      case Pending::Kind::kRefresh:
+        refresh_lost = true;
+        break;
+      case Pending::Kind::kJob: {
+        admit_lost = true;
+        LimitOutcome out = decideWithoutRedis(*p.job);
+        answer(std::move(p.job), std::move(out));
+        break;
+      }
+    }
+  }
+  if (refresh_lost) error(kErrRefresh);
+  if (admit_lost) error(kErrAdmit);
+  if (pending_.empty()) seeds_read_.clear();
+  std::lock_guard lock(mu_);
+  // Back to the front, in their order, for when Redis returns.
+  for (auto it = back.rbegin(); it != back.rend(); ++it) ops_.push_front(std::move(*it));
+  ops_in_flight_ -= back.size();
+  if (!back.empty()) ops_retry_at_ = Clock::now() + conn_->retryIn();
+  if (ops_in_flight_ == 0 && ops_.empty()) flushed_.notify_all();
 }
 
 RedisCommand RedisLimits::admitCommand(const Job& job) const {
@@ -373,108 +550,6 @@ RedisCommand RedisLimits::refreshCommand(const std::string& request_id, const Li
        keys_->held(team, BudgetScope::kTeam, ""), keys_->heldSum(team, BudgetScope::kTeam, "")},
       {request_id, live.amount, live.key ? "1" : "0", live.team_held ? "1" : "0",
        std::to_string(options_.reservation_ttl.count())});
-}
-
-void RedisLimits::round(std::unique_lock<std::mutex>& lock, bool refresh) {
-  std::vector<std::unique_ptr<Job>> jobs;
-  while (!jobs_.empty() && jobs.size() < kMaxBatch) {
-    jobs.push_back(std::move(jobs_.front()));
-    jobs_.pop_front();
-  }
-  std::vector<Op> ops;
-  if (Clock::now() >= ops_retry_at_) {
-    while (!ops_.empty() && ops.size() < kMaxBatch) {
-      ops.push_back(std::move(ops_.front()));
-      ops_.pop_front();
-    }
-  }
-  ops_in_flight_ = ops.size();
-  jobs_in_flight_ = jobs.size();
-  std::vector<std::pair<std::string, Live>> live;
-  if (refresh) live.assign(live_.begin(), live_.end());
-  lock.unlock();
-
-  std::vector<RedisCommand> commands;
-  commands.reserve(ops.size() + live.size() + jobs.size());
-  for (const Op& op : ops) commands.push_back(op.command);
-  for (const auto& [id, l] : live) commands.push_back(refreshCommand(id, l));
-  for (const auto& job : jobs) commands.push_back(admitCommand(*job));
-
-  std::vector<std::function<void()>> calls;
-  auto answer = [&](std::unique_ptr<Job>& job, LimitOutcome out) {
-    admission_seconds_.observe(std::chrono::duration<double>(Clock::now() - job->queued).count());
-    calls.push_back([job = std::shared_ptr<Job>(std::move(job)), out = std::make_shared<LimitOutcome>(std::move(out))] {
-      job->done(std::move(*out));
-    });
-  };
-  auto replies = conn_->pipeline(commands);
-  bool sent = replies.isOk();
-  if (!sent) {
-    setState(RedisState::kDown, replies.status());
-    for (const Op& op : ops) error(op.kind == Op::Kind::kSettle ? kErrSettle : op.kind == Op::Kind::kRelease ? kErrRelease : kErrGiveBack);
-    if (!live.empty()) error(kErrRefresh);
-    if (!jobs.empty()) error(kErrAdmit);
-    for (auto& job : jobs) answer(job, decideWithoutRedis(*job));
-  } else {
-    setState(RedisState::kUp, Status::ok());
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const RedisReply& r = (*replies)[i];
-      if (!r.isError()) continue;
-      // Refused by Redis itself (a key of the wrong type, say): sending it
-      // again would be refused again.
-      error(ops[i].kind == Op::Kind::kSettle ? kErrSettle : ops[i].kind == Op::Kind::kRelease ? kErrRelease : kErrGiveBack);
-      billingLog()->error("Redis refused a {}: {}", ops[i].kind == Op::Kind::kSettle ? "settlement" : "release", r.str);
-    }
-    for (size_t i = 0; i < live.size(); ++i) {
-      if ((*replies)[ops.size() + i].isError()) error(kErrRefresh);
-    }
-    // Admissions, and those that asked for seeds again at once: nothing that
-    // was queued after the seeds were read is sent before them.
-    std::unordered_map<std::string, std::string> seeds;
-    std::vector<std::unique_ptr<Job>> again;
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      std::optional<LimitOutcome> out = decided(*jobs[k], (*replies)[ops.size() + live.size() + k], seeds);
-      if (out) {
-        answer(jobs[k], std::move(*out));
-      } else {
-        again.push_back(std::move(jobs[k]));
-      }
-    }
-    while (!again.empty()) {
-      std::vector<RedisCommand> retry;
-      for (const auto& job : again) retry.push_back(admitCommand(*job));
-      auto second = conn_->pipeline(retry);
-      std::vector<std::unique_ptr<Job>> next;
-      if (!second.isOk()) {
-        setState(RedisState::kDown, second.status());
-        error(kErrAdmit);
-        for (auto& job : again) answer(job, decideWithoutRedis(*job));
-        break;
-      }
-      for (size_t k = 0; k < again.size(); ++k) {
-        std::optional<LimitOutcome> out = decided(*again[k], (*second)[k], seeds);
-        if (out) {
-          answer(again[k], std::move(*out));
-        } else {
-          next.push_back(std::move(again[k]));
-        }
-      }
-      again = std::move(next);
-    }
-  }
-  lock.lock();
-  if (!sent) {
-    // Back to the front, in their order, for when Redis returns.
-    for (auto it = ops.rbegin(); it != ops.rend(); ++it) ops_.push_front(std::move(*it));
-    ops_retry_at_ = Clock::now() + conn_->retryIn();
-  }
-  ops_in_flight_ = 0;
-  if (ops_.empty()) flushed_.notify_all();
-  lock.unlock();
-  for (auto& call : calls) call();
-  lock.lock();
-  jobs_in_flight_ = 0;
-  if (jobs_.empty()) answered_.notify_all();
 }
 
 std::optional<LimitOutcome> RedisLimits::decided(Job& job, const RedisReply& reply,

@@ -34,10 +34,11 @@
 // are made inline, at no cost.
 //
 // Threads: admit() decides inline when nothing applies or Redis is known to
-// be away; otherwise it queues the request for the thread, which pipelines
-// everything queued (settlements, releases, refreshes, admissions) on one
-// connection and calls `done` from there. Every public method may be called
-// from any thread; none blocks on Redis.
+// be away; otherwise it queues the request and wakes the thread, which writes
+// everything queued (settlements, releases, refreshes, admissions) to its one
+// connection at once, whatever is still awaited there, and calls `done` as
+// each reply arrives: no admission waits for another's batch to come back.
+// Every public method may be called from any thread; none blocks on Redis.
 #pragma once
 
 #include <array>
@@ -143,11 +144,27 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
   enum Outcome : uint8_t { kAdmitted, kOverBudget, kRateLimited, kUnavailable, kFallback, kOutcomes };
   enum ErrorOp : uint8_t { kErrAdmit, kErrSettle, kErrRelease, kErrGiveBack, kErrRefresh, kErrSeed, kErrorOps };
 
+  // What the thread sent and awaits the reply of, by its token.
+  struct Pending {
+    enum class Kind : uint8_t { kOp, kRefresh, kJob };
+    Kind kind;
+    Op op;                     // kOp
+    std::unique_ptr<Job> job;  // kJob
+  };
+
   RedisLimits(RedisLimitsOptions options, Budgets& budgets, const SpendSource& source);
   void run();
-  // One round: everything queued, as one pipeline (admissions that need
-  // seeds go round again at once), with the refreshes when `refresh`.
-  void round(std::unique_lock<std::mutex>& lock, bool refresh);
+  void wake();  // the thread: new work, or stop
+  // Sends everything queued (operations in order, then the refreshes when
+  // `refresh`, then admissions), unlocking while it writes.
+  void sendQueued(std::unique_lock<std::mutex>& lock, bool refresh);
+  void send(Pending pending, const RedisCommand& command);
+  void onReply(RedisConnection::Token token, const RedisReply& reply);
+  // The connection failed with these awaited: admissions are decided
+  // without Redis, operations go back to the front of the queue.
+  void onLost(const std::vector<RedisConnection::Token>& tokens, const Status& why);
+  void answer(std::unique_ptr<Job> job, LimitOutcome out);
+  void opDone();
   LimitOutcome decideWithoutRedis(Job& job);
   RedisCommand admitCommand(const Job& job) const;
   RedisCommand refreshCommand(const std::string& request_id, const Live& live) const;
@@ -173,13 +190,18 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
   std::unique_ptr<RedisConnection> conn_;  // the thread's alone
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  int wake_fd_ = -1;  // an eventfd the thread polls beside Redis's socket
   std::condition_variable flushed_;  // ops_ and ops_in_flight_ became empty
   std::condition_variable answered_;  // jobs_ and jobs_in_flight_ became empty
   std::deque<std::unique_ptr<Job>> jobs_;          // guarded by mu_
   std::deque<Op> ops_;                              // guarded by mu_
   size_t ops_in_flight_ = 0;                        // guarded by mu_: taken by the thread, not yet applied
   size_t jobs_in_flight_ = 0;                       // guarded by mu_: taken by the thread, not yet answered
+  // The thread's alone: what awaits a reply, and seeds read for the
+  // admissions awaited now.
+  std::unordered_map<RedisConnection::Token, Pending> pending_;
+  RedisConnection::Token next_token_ = 1;
+  std::unordered_map<std::string, std::string> seeds_read_;
   bool admitting_ = true;                           // guarded by mu_; false after stopAdmitting()
   std::unordered_map<std::string, Live> live_;      // guarded by mu_; by request id
   // Live reservations whose entry's settlement is queued: the settlement

@@ -5,6 +5,8 @@
 // settings (Budgets over a real ledger in a temporary RocksDB store).
 #include "billing/redis/redis_limits.h"
 
+#include <signal.h>
+
 #include <atomic>
 #include <limits>
 #include <future>
@@ -430,6 +432,63 @@ TEST_F(RedisLimitsTest, LostCountersAreRebuiltFromTheLedgerWithoutABypass) {
   ASSERT_TRUE(late.isOk());
   EXPECT_EQ(spentIn(alice_, BudgetScope::kTeam, BudgetPeriodSetting::kMonth, now), "600");
   EXPECT_TRUE(std::holds_alternative<BudgetRefusal>(admitNow(limits, alice_, "r11", 1, 0, now)));
+}
+
+// Admissions are written as they come, whatever is still awaited on the
+// connection, and each is answered by its own reply: many at once from many
+// threads all get theirs, each reservation counted once.
+TEST_F(RedisLimitsTest, ManyAdmissionsInFlightAtOnceAreEachAnsweredByTheirOwnReply) {
+  ASSERT_TRUE(budgets_->set(BudgetScope::kKey, alice_.key_id, budget(1'000'000)).isOk());
+  RedisLimits& limits = replica();
+  constexpr int kThreads = 8, kEach = 50;
+  std::vector<std::promise<LimitOutcome>> outcomes(kThreads * kEach);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const int n = t * kEach + i;
+        limits.admit(LimitAsk{alice_, "m" + std::to_string(n), 7, 0, unixSeconds()},
+                     [&outcomes, n](LimitOutcome o) { outcomes[n].set_value(std::move(o)); });
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  Held held;
+  for (auto& o : outcomes) {
+    auto f = o.get_future();
+    ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+    ASSERT_TRUE(held.granted(f.get()));
+  }
+  EXPECT_EQ(limits.liveReservations(), static_cast<size_t>(kThreads * kEach));
+  EXPECT_EQ(reservedBy(alice_, BudgetScope::kKey), std::to_string(7 * kThreads * kEach));
+}
+
+// A Redis that stops answering (SIGSTOP) is given up on after the command
+// timeout: the admission awaiting it fails closed, in about that time, and
+// the next ones are decided at once until the retry; once it answers again,
+// so does admission.
+TEST_F(RedisLimitsTest, AHungRedisTimesOutAndAdmissionFailsClosedUntilItAnswers) {
+  ASSERT_TRUE(budgets_->set(BudgetScope::kKey, alice_.key_id, budget(1000)).isOk());
+  RedisLimitsOptions o = options();
+  o.redis.command_timeout_ms = 200;
+  o.redis.retry_ms = 300;
+  RedisLimits& limits = replica(o);
+  Held held;
+  ASSERT_TRUE(held.granted(admitNow(limits, alice_, "h1", 10)));
+  ASSERT_EQ(::kill(g_redis->pid(), SIGSTOP), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  LimitOutcome hung = admitNow(limits, alice_, "h2", 10);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(std::holds_alternative<LimitsUnavailable>(hung));
+  EXPECT_GE(waited, 190ms);
+  EXPECT_LT(waited, 2s);
+  EXPECT_EQ(limits.state(), RedisState::kDown);
+  EXPECT_TRUE(std::holds_alternative<LimitsUnavailable>(admitNow(limits, alice_, "h3", 10)));
+  ASSERT_EQ(::kill(g_redis->pid(), SIGCONT), 0);
+  std::this_thread::sleep_for(350ms);  // past the retry interval
+  LimitOutcome after = admitNow(limits, alice_, "h4", 10);
+  EXPECT_TRUE(held.granted(std::move(after))) << "still refused after Redis answered again";
+  EXPECT_EQ(limits.state(), RedisState::kUp);
 }
 
 TEST_F(RedisLimitsTest, RedisAwayRefusesBudgetsAndFallsBackToTheReplicasShareOfRateLimits) {
