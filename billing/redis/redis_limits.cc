@@ -687,7 +687,7 @@ void RedisLimits::collect(metrics::ExpositionWriter& w) const {
   w.gauge("latentgate_redis_up", "1 when the last exchange with Redis (limits.redis_url) succeeded, else 0.",
           int64_t{state() == RedisState::kUp ? 1 : 0});
   w.histogram("latentgate_redis_admission_seconds",
-              "Time from queueing an admission for Redis to its decision (the Lua script's round trip, seeds included).",
+              "Time from queueing an admission for Redis to its decision (the thread's wake-up and the Lua script's round trip, seeds included).",
               admission_seconds_.snapshot());
   if (w.family("latentgate_redis_admissions_total",
                "Admissions that needed the shared limits, by outcome: admitted, over_budget, rate_limited, "
