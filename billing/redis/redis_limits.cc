@@ -58,6 +58,24 @@ RateLimitState tighter(const RateLimitState& a, const RateLimitState& b) {
 
 }  // namespace
 
+RedisLimits::ErrorOp RedisLimits::errorOf(Op::Kind k) {
+  switch (k) {
+    case Op::Kind::kSettle: return kErrSettle;
+    case Op::Kind::kRelease: return kErrRelease;
+    case Op::Kind::kGiveBack: return kErrGiveBack;
+  }
+  return kErrSettle;
+}
+
+std::string_view RedisLimits::opName(Op::Kind k) {
+  switch (k) {
+    case Op::Kind::kSettle: return "settlement";
+    case Op::Kind::kRelease: return "release";
+    case Op::Kind::kGiveBack: return "give-back";
+  }
+  return "operation";
+}
+
 std::string_view redisStateName(RedisState s) {
   switch (s) {
     case RedisState::kStarting: return "starting";
@@ -234,10 +252,11 @@ void RedisLimits::releaseReservation(const BudgetReservation& r) {
                                {r.requestId()})};
   {
     // One lock for both: a refresh that saw the request live is sent before
-    // this release, and one that did not never puts it back.
+    // this release, and one that did not never puts it back. Dropped (the
+    // queue full), the reservation lasts until its TTL.
     std::lock_guard lock(mu_);
     live_.erase(r.requestId());
-    ops_.push_back(std::move(op));
+    queueLocked(std::move(op));
   }
   wake();
 }
@@ -262,16 +281,35 @@ void RedisLimits::committed(const LedgerEntry& entry) {
                                                         std::to_string(options_.reservation_ttl.count())})};
   {
     std::lock_guard lock(mu_);
-    if (live_.count(entry.request_id) > 0) settling_.insert(entry.request_id);
-    ops_.push_back(std::move(op));
+    if (queueLocked(std::move(op))) {
+      if (live_.count(entry.request_id) > 0) settling_.insert(entry.request_id);
+    } else {
+      reseed_.emplace(team, entry.key_id);
+    }
   }
   wake();
+}
+
+bool RedisLimits::queueLocked(Op op) {
+  if (ops_.size() + ops_in_flight_ < options_.max_queued_operations) {
+    ops_.push_back(std::move(op));
+    return true;
+  }
+  dropped_ops_.fetch_add(1, std::memory_order_relaxed);
+  if (!overflow_logged_) {
+    overflow_logged_ = true;
+    billingLog()->error(
+        "Redis: {} settlements, releases and give-backs wait for Redis; later ones are dropped, and the budgets "
+        "they touch are seeded again from the ledger when it returns",
+        ops_.size());
+  }
+  return false;
 }
 
 void RedisLimits::enqueue(Op op) {
   {
     std::lock_guard lock(mu_);
-    ops_.push_back(std::move(op));
+    queueLocked(std::move(op));
   }
   wake();
 }
@@ -280,7 +318,9 @@ bool RedisLimits::flush(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   ops_retry_at_ = {};  // now, if Redis is back
   wake();
-  return flushed_.wait_for(lock, timeout, [&] { return ops_.empty() && ops_in_flight_ == 0; });
+  return flushed_.wait_for(lock, timeout, [&] {
+    return ops_.empty() && ops_in_flight_ == 0 && reseed_.empty() && reseeding_.empty();
+  });
 }
 
 size_t RedisLimits::pendingOperations() const {
@@ -312,7 +352,8 @@ void RedisLimits::run() {
   std::optional<Clock::time_point> shutdown_until;
   for (;;) {
     if (stopping_ && !shutdown_until) shutdown_until = Clock::now() + options_.shutdown_flush;
-    if (shutdown_until && ((ops_.empty() && jobs_.empty() && pending_.empty()) || Clock::now() >= *shutdown_until)) {
+    if (shutdown_until &&
+        ((ops_.empty() && jobs_.empty() && pending_.empty() && reseed_.empty()) || Clock::now() >= *shutdown_until)) {
       break;
     }
     const bool refresh = !shutdown_until && every.count() > 0 && Clock::now() >= next_refresh_;
@@ -355,6 +396,12 @@ void RedisLimits::run() {
   jobs_.clear();
   size_t unsent = ops_.size();
   ops_.clear();
+  if (!reseed_.empty() || !reseeding_.empty()) {
+    billingLog()->error(
+        "Redis: the spend of {} key(s) that missed dropped settlements was not deleted for reseeding at shutdown: "
+        "it stays below the ledger until the period renews",
+        reseed_.size() + reseeding_.size());
+  }
   lock.unlock();
   for (auto& [token, p] : pending_) {
     if (p.kind == Pending::Kind::kOp) ++unsent;
@@ -397,13 +444,24 @@ void RedisLimits::sendQueued(std::unique_lock<std::mutex>& lock, bool refresh) {
   // is sent after the refresh, one queued before was taken above (and its
   // request is no longer live), so a refresh never puts a released
   // reservation back.
+  // Spend that missed a dropped settlement: deleted before anything else is
+  // sent, so the next admission seeds it from the ledger (one deletion per
+  // key at a time; what is dropped meanwhile waits for the next).
+  std::vector<RedisCommand> reseeds;
+  if (!reseed_.empty() && reseeding_.empty() && Clock::now() >= ops_retry_at_) {
+    reseeding_.swap(reseed_);
+    for (const auto& [team, key_id] : reseeding_) reseeds.push_back(reseedCommand(team, key_id));
+  }
   std::vector<std::pair<std::string, Live>> live;
   if (refresh) live.assign(live_.begin(), live_.end());
   ops_in_flight_ += ops.size();
   jobs_in_flight_ += jobs.size();
-  if (ops.empty() && jobs.empty() && live.empty()) return;
+  if (ops_.empty()) overflow_logged_ = false;
+  if (reseeds.empty() && ops.empty() && jobs.empty() && live.empty()) return;
   lock.unlock();
-  // Operations first, in their order; then refreshes; then admissions.
+  // Deletions first; operations, in their order; refreshes; admissions.
+  reseeds_awaited_ += reseeds.size();
+  for (const RedisCommand& c : reseeds) send(Pending{Pending::Kind::kReseed, {}, nullptr}, c);
   for (Op& op : ops) {
     RedisCommand c = op.command;
     send(Pending{Pending::Kind::kOp, std::move(op), nullptr}, c);
@@ -416,6 +474,31 @@ void RedisLimits::sendQueued(std::unique_lock<std::mutex>& lock, bool refresh) {
     send(Pending{Pending::Kind::kJob, {}, std::move(job)}, c);
   }
   lock.lock();
+}
+
+RedisCommand RedisLimits::reseedCommand(const std::string& team, const std::string& key_id) const {
+  const int64_t now = nowS();
+  RedisCommand del{"DEL"};
+  for (BudgetScope scope : {BudgetScope::kKey, BudgetScope::kTeam}) {
+    for (BudgetPeriodSetting p : {BudgetPeriodSetting::kDay, BudgetPeriodSetting::kMonth, BudgetPeriodSetting::kTotal}) {
+      del.push_back(keys_->spend(team, scope, key_id, p, budgetPeriodStart(p, now)));
+    }
+  }
+  return del;
+}
+
+void RedisLimits::reseedDone(bool sent) {
+  std::lock_guard lock(mu_);
+  if (sent) {
+    if (--reseeds_awaited_ > 0) return;
+    reseeding_.clear();
+  } else {
+    // Not deleted: again when Redis returns.
+    reseed_.merge(reseeding_);
+    reseeding_.clear();
+    reseeds_awaited_ = 0;
+  }
+  if (ops_in_flight_ == 0 && ops_.empty() && reseed_.empty()) flushed_.notify_all();
 }
 
 void RedisLimits::send(Pending pending, const RedisCommand& command) {
@@ -449,15 +532,20 @@ void RedisLimits::onReply(RedisConnection::Token token, const RedisReply& reply)
         // Refused by Redis itself (a key of the wrong type, say): sending it
         // again would be refused again.
         const Op::Kind k = p.op.kind;
-        error(k == Op::Kind::kSettle ? kErrSettle : k == Op::Kind::kRelease ? kErrRelease : kErrGiveBack);
-        billingLog()->error("Redis refused a {}: {}",
-                            k == Op::Kind::kSettle ? "settlement" : k == Op::Kind::kRelease ? "release" : "give-back",
-                            reply.str);
+        error(errorOf(k));
+        billingLog()->error("Redis refused a {}: {}", opName(k), reply.str);
       }
       opDone();
       break;
     case Pending::Kind::kRefresh:
       if (reply.isError()) error(kErrRefresh);
+      break;
+    case Pending::Kind::kReseed:
+      if (reply.isError()) {
+        error(kErrSettle);
+        billingLog()->error("Redis refused to delete spend for reseeding: {}", reply.str);
+      }
+      reseedDone(true);
       break;
     case Pending::Kind::kJob: {
       std::optional<LimitOutcome> out = decided(*p.job, reply, seeds_read_);
@@ -479,7 +567,7 @@ void RedisLimits::onReply(RedisConnection::Token token, const RedisReply& reply)
 void RedisLimits::onLost(const std::vector<RedisConnection::Token>& tokens, const Status& why) {
   setState(RedisState::kDown, why);
   std::vector<Op> back;
-  bool refresh_lost = false, admit_lost = false;
+  bool refresh_lost = false, admit_lost = false, reseed_lost = false;
   for (RedisConnection::Token token : tokens) {
     auto it = pending_.find(token);
     if (it == pending_.end()) continue;
@@ -488,12 +576,15 @@ void RedisLimits::onLost(const std::vector<RedisConnection::Token>& tokens, cons
     switch (p.kind) {
       case Pending::Kind::kOp: {
         const Op::Kind k = p.op.kind;
-        error(k == Op::Kind::kSettle ? kErrSettle : k == Op::Kind::kRelease ? kErrRelease : kErrGiveBack);
+        error(errorOf(k));
         back.push_back(std::move(p.op));
         break;
       }
       case Pending::Kind::kRefresh:
         refresh_lost = true;
+        break;
+      case Pending::Kind::kReseed:
+        reseed_lost = true;
         break;
       case Pending::Kind::kJob: {
         admit_lost = true;
@@ -505,6 +596,10 @@ void RedisLimits::onLost(const std::vector<RedisConnection::Token>& tokens, cons
   }
   if (refresh_lost) error(kErrRefresh);
   if (admit_lost) error(kErrAdmit);
+  if (reseed_lost) {
+    error(kErrSettle);
+    reseedDone(false);
+  }
   if (pending_.empty()) seeds_read_.clear();
   std::lock_guard lock(mu_);
   // Back to the front, in their order, for when Redis returns.
@@ -719,8 +814,9 @@ void RedisLimits::collect(metrics::ExpositionWriter& w) const {
           "Budget reservations this replica holds in Redis for requests still running.",
           static_cast<uint64_t>(liveReservations()));
   w.counter("latentgate_redis_dropped_operations_total",
-            "Settlements and releases never sent (Redis away through shutdown): the shared spend is below the "
-            "ledger by these until the period renews.",
+            "Settlements, releases and give-backs never sent: Redis away through shutdown (the shared spend is "
+            "below the ledger by these until the period renews), or the queue full during an outage (the budgets "
+            "they touch are seeded again from the ledger when Redis returns).",
             dropped_ops_.load(std::memory_order_relaxed));
 }
 

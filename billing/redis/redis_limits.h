@@ -51,6 +51,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -83,6 +84,12 @@ struct RedisLimitsOptions {
   std::optional<std::chrono::milliseconds> refresh_every;
   RateLimitOptions rate;     // limits.*_per_minute: for all replicas together
   int fallback_replicas = 1; // while Redis is away each replica enforces rate / this
+  // Settlements, releases and give-backs held while Redis is away, at most;
+  // past it they are dropped, and the budgets a dropped settlement touched
+  // are deleted from Redis when it returns, so that they are seeded again
+  // from the ledger (which has the entry) instead of growing memory without
+  // bound through a long outage.
+  size_t max_queued_operations = 50'000;
   // At shutdown, queued settlements are sent for at most this long.
   std::chrono::milliseconds shutdown_flush{2000};
   std::function<int64_t()> clock_s;  // Unix seconds (the windows); empty: the system clock
@@ -146,7 +153,7 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
 
   // What the thread sent and awaits the reply of, by its token.
   struct Pending {
-    enum class Kind : uint8_t { kOp, kRefresh, kJob };
+    enum class Kind : uint8_t { kOp, kRefresh, kJob, kReseed };
     Kind kind;
     Op op;                     // kOp
     std::unique_ptr<Job> job;  // kJob
@@ -174,10 +181,16 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
   // for the same period at once after a flush).
   std::optional<LimitOutcome> decided(Job& job, const RedisReply& reply,
                                       std::unordered_map<std::string, std::string>& seeds);
+  // Queues an operation, or drops it (false) when the queue is full.
+  bool queueLocked(Op op);
   void enqueue(Op op);
   void setState(RedisState s, const Status& why);
   void count(Outcome o) { outcomes_[o].fetch_add(1, std::memory_order_relaxed); }
   void error(ErrorOp op) { errors_[op].fetch_add(1, std::memory_order_relaxed); }
+  static ErrorOp errorOf(Op::Kind k);
+  static std::string_view opName(Op::Kind k);
+  RedisCommand reseedCommand(const std::string& team, const std::string& key_id) const;
+  void reseedDone(bool sent);
   int64_t nowS() const;
   bool cooling() const;
 
@@ -207,6 +220,12 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
   // Live reservations whose entry's settlement is queued: the settlement
   // drops the reservation, so their release sends nothing.
   std::unordered_set<std::string> settling_;        // guarded by mu_
+  // Keys and teams a dropped settlement touched: their spend is deleted
+  // from Redis when it answers again, and seeded from the ledger then.
+  std::set<std::pair<std::string, std::string>> reseed_;      // guarded by mu_; (team, key id)
+  std::set<std::pair<std::string, std::string>> reseeding_;   // guarded by mu_; their deletions sent, not yet answered
+  size_t reseeds_awaited_ = 0;                                 // the thread's
+  bool overflow_logged_ = false;                    // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
   std::chrono::steady_clock::time_point ops_retry_at_{};  // guarded by mu_
   std::chrono::steady_clock::time_point next_refresh_{};  // guarded by mu_

@@ -491,6 +491,43 @@ TEST_F(RedisLimitsTest, AHungRedisTimesOutAndAdmissionFailsClosedUntilItAnswers)
   EXPECT_EQ(limits.state(), RedisState::kUp);
 }
 
+// A long outage: settlements wait up to their bound and the rest are
+// dropped; when Redis answers again, the spend they missed is deleted and
+// seeded again from the ledger, so every entry counts. Redis hangs here
+// (SIGSTOP) rather than restarting empty, so it keeps the spend counted
+// before the outage, as it would for replicas that still reach it.
+TEST_F(RedisLimitsTest, SettlementsDroppedPastTheQueuesBoundAreRecoveredFromTheLedger) {
+  ASSERT_TRUE(budgets_->set(BudgetScope::kKey, alice_.key_id, budget(1000)).isOk());
+  RedisLimitsOptions o = options();
+  o.max_queued_operations = 3;
+  o.redis.command_timeout_ms = 100;
+  RedisLimits& limits = replica(o);
+  ledger_->addObserver(&limits);
+  const int64_t now = unixSeconds();
+  Held held;
+  ASSERT_TRUE(held.granted(admitNow(limits, alice_, "s0", 10, 0, now)));  // seeds alice's day at 0
+  ASSERT_EQ(::kill(g_redis->pid(), SIGSTOP), 0);
+  for (int i = 1; i <= 6; ++i) {
+    std::promise<Status> committed;
+    ledger_->commit(entryCosting("s" + std::to_string(i), alice_, now, 100), std::nullopt,
+                    [&](Status s) { committed.set_value(std::move(s)); });
+    ASSERT_TRUE(committed.get_future().get().isOk());
+  }
+  EXPECT_EQ(limits.pendingOperations(), 3u);
+  metrics::ExpositionWriter w;
+  limits.collect(w);
+  EXPECT_NE(w.text().find("latentgate_redis_dropped_operations_total 3"), std::string::npos) << w.text();
+
+  ASSERT_EQ(::kill(g_redis->pid(), SIGCONT), 0);
+  std::this_thread::sleep_for(150ms);  // past the retry interval
+  ASSERT_TRUE(limits.flush(5s));
+  // The ledger holds 600 and s0 holds 10: 390 left of 1000. Without the
+  // reseed Redis would count only the three settlements it received (300).
+  EXPECT_TRUE(std::holds_alternative<BudgetRefusal>(admitNow(limits, alice_, "over", 391, 0, now)));
+  EXPECT_TRUE(held.granted(admitNow(limits, alice_, "fits", 390, 0, now)));
+  EXPECT_EQ(spentIn(alice_, BudgetScope::kKey, BudgetPeriodSetting::kDay, now), "600");
+}
+
 TEST_F(RedisLimitsTest, RedisAwayRefusesBudgetsAndFallsBackToTheReplicasShareOfRateLimits) {
   ASSERT_TRUE(budgets_->set(BudgetScope::kKey, alice_.key_id, budget(1000)).isOk());
   RedisLimitsOptions o = options();
