@@ -101,43 +101,24 @@ NginxServer::~NginxServer() {
 }
 
 bool NginxServer::start(const NginxOptions& options, std::string* error) {
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    port_ = freeLoopbackPort();
-    if (port_ <= 0) {
-      *error = "no free port";
-      return false;
-    }
+  ServerLaunch launch;
+  launch.name = "nginx";
+  launch.spawn = [&](int port, std::string* why) -> pid_t {
     const std::string conf = dir_ + "/nginx.conf";
-    {
-      std::ofstream out(conf, std::ios::trunc);
-      out << configText(options, dir_, port_);
-      if (!out) {
-        *error = "cannot write " + conf;
-        return false;
-      }
+    std::ofstream out(conf, std::ios::trunc);
+    out << configText(options, dir_, port);
+    out.close();
+    if (!out) {
+      *why = "cannot write " + conf;
+      return -1;
     }
-    pid_ = spawnLogged({kNginx, "-e", dir_ + "/error.log", "-p", dir_, "-c", conf}, log_path_, std::nullopt, error);
-    if (pid_ < 0) return false;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    int status = 0;
-    bool died = false;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (acceptsConnections(port_)) return true;
-      if (exited(pid_, &status)) {
-        died = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!died) {
-      stop();
-      *error = "nginx did not listen within 30 s: " + fileTail(dir_ + "/error.log");
-      return false;
-    }
-    pid_ = -1;
-    *error = "nginx exited (" + std::to_string(status) + "): " + fileTail(dir_ + "/error.log") + fileTail(log_path_);
-  }
-  return false;
+    return spawnLogged({kNginx, "-e", dir_ + "/error.log", "-p", dir_, "-c", conf}, log_path_, std::nullopt, why);
+  };
+  launch.ready = acceptsConnections;
+  launch.log = [&] { return fileTail(dir_ + "/error.log") + fileTail(log_path_); };
+  launch.stop_signal = SIGQUIT;
+  port_ = -1;  // a new port each start
+  return startServer(launch, &port_, &pid_, error);
 }
 
 void NginxServer::stop() {

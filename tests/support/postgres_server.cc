@@ -62,42 +62,29 @@ PostgresServer::~PostgresServer() {
 
 bool PostgresServer::start(std::string* error) {
   if (pid_ > 0) return true;
-  // A port another process took between our probe and the postmaster's bind
-  // fails the start: try a few, keeping the first that works for restarts.
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    if (port_ <= 0 || attempt > 0) port_ = freeLoopbackPort();
-    if (port_ <= 0) {
-      *error = "no free port";
-      return false;
-    }
-    pid_ = spawnLogged({std::string(kBinDir) + "/postgres", "-D", data_dir_, "-p", std::to_string(port_), "-c",
+  ServerLaunch launch;
+  launch.name = "postgres";
+  launch.spawn = [&](int port, std::string* why) {
+    return spawnLogged({std::string(kBinDir) + "/postgres", "-D", data_dir_, "-p", std::to_string(port), "-c",
                         "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir_, "-c", "fsync=off", "-c",
                         "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=64", "-c",
                         "shared_buffers=32MB", "-c", "logging_collector=off"},
-                       log_path_, run_as_, error);
-    if (pid_ < 0) return false;
-    const std::string conninfo = "host=127.0.0.1 port=" + std::to_string(port_) + " user=" + kSuperuser +
-                                 " dbname=postgres connect_timeout=2";
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    int status = 0;
-    bool died = false;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (PQping(conninfo.c_str()) == PQPING_OK) return true;
-      if (exited(pid_, &status)) {
-        died = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!died) {
-      stop();
-      *error = "postgres did not accept connections within 60 s: " + fileTail(log_path_);
-      return false;
-    }
-    pid_ = -1;
-    *error = "postgres exited (" + std::to_string(status) + "): " + fileTail(log_path_);
-  }
-  return false;
+                       log_path_, run_as_, why);
+  };
+  launch.ready = [](int port) {
+    const std::string conninfo =
+        "host=127.0.0.1 port=" + std::to_string(port) + " user=" + kSuperuser + " dbname=postgres connect_timeout=2";
+    return PQping(conninfo.c_str()) == PQPING_OK;
+  };
+  launch.log = [&] { return fileTail(log_path_); };
+  launch.timeout = std::chrono::seconds(60);
+  launch.poll = std::chrono::milliseconds(20);
+  // SIGINT is PostgreSQL's fast shutdown (stop() below).
+  launch.stop_signal = SIGINT;
+  // A port another process took between our probe and the postmaster's bind
+  // fails the start: startServer tries others, keeping the one that worked
+  // for restarts.
+  return startServer(launch, &port_, &pid_, error);
 }
 
 void PostgresServer::stop() {

@@ -62,37 +62,17 @@ RedisServer::~RedisServer() {
 
 bool RedisServer::start(std::string* error) {
   if (pid_ > 0) return true;
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    if (port_ <= 0 || attempt > 0) port_ = freeLoopbackPort();
-    if (port_ <= 0) {
-      *error = "no free port";
-      return false;
-    }
-    pid_ = spawnLogged({kRedisServer, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--dir", dir_,
+  ServerLaunch launch;
+  launch.name = "redis-server";
+  launch.spawn = [&](int port, std::string* why) {
+    return spawnLogged({kRedisServer, "--port", std::to_string(port), "--bind", "127.0.0.1", "--dir", dir_,
                         "--unixsocket", dir_ + "/redis.sock", "--unixsocketperm", "700", "--save", "", "--appendonly",
                         "no", "--daemonize", "no", "--protected-mode", "yes"},
-                       log_path_, std::nullopt, error);
-    if (pid_ < 0) return false;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    int status = 0;
-    bool died = false;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (pong(port_)) return true;
-      if (exited(pid_, &status)) {
-        died = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!died) {
-      stop();
-      *error = "redis-server did not answer PING within 30 s: " + fileTail(log_path_);
-      return false;
-    }
-    pid_ = -1;
-    *error = "redis-server exited (" + std::to_string(status) + "): " + fileTail(log_path_);
-  }
-  return false;
+                       log_path_, std::nullopt, why);
+  };
+  launch.ready = pong;
+  launch.log = [&] { return fileTail(log_path_); };
+  return startServer(launch, &port_, &pid_, error);
 }
 
 void RedisServer::stop() {

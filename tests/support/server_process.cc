@@ -140,4 +140,37 @@ std::string makePrivateDir(const std::string& prefix) {
   return tmpl;
 }
 
+bool startServer(const ServerLaunch& launch, int* port, pid_t* pid, std::string* error) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (*port <= 0 || attempt > 0) *port = freeLoopbackPort();
+    if (*port <= 0) {
+      *error = "no free port";
+      return false;
+    }
+    *pid = launch.spawn(*port, error);
+    if (*pid < 0) return false;
+    const auto deadline = std::chrono::steady_clock::now() + launch.timeout;
+    int status = 0;
+    bool died = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (launch.ready(*port)) return true;
+      if (exited(*pid, &status)) {
+        died = true;
+        break;
+      }
+      std::this_thread::sleep_for(launch.poll);
+    }
+    if (!died) {
+      stopChild(*pid, launch.stop_signal, 10'000);
+      *pid = -1;
+      *error = launch.name + " was not ready within " + std::to_string(launch.timeout.count() / 1000) +
+               " s: " + launch.log();
+      return false;
+    }
+    *pid = -1;
+    *error = launch.name + " exited (" + std::to_string(status) + "): " + launch.log();
+  }
+  return false;
+}
+
 }  // namespace lg::test

@@ -4,8 +4,11 @@
 // stop that signals exactly that process id and reaps it.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +47,26 @@ bool stopChild(pid_t pid, int signal, int grace_ms);
 // Runs argv to completion as `as` (output to `log_path`); its exit code, or -1.
 int runLogged(const std::vector<std::string>& argv, const std::string& log_path, const std::optional<RunAs>& as,
               std::string* error);
+
+// How a test server is started and found ready (startServer).
+struct ServerLaunch {
+  std::string name;  // for errors: "redis-server"
+  // Starts the server listening on `port`: its pid, or -1 with `error` set.
+  std::function<pid_t(int port, std::string* error)> spawn;
+  // Whether it answers on `port` yet.
+  std::function<bool(int port)> ready;
+  // Its log's tail, for errors.
+  std::function<std::string()> log;
+  std::chrono::milliseconds timeout{30'000};
+  std::chrono::milliseconds poll{10};
+  int stop_signal = SIGTERM;  // when it never became ready
+};
+// Starts a server on a free loopback port and waits until it is ready. A
+// port another process took between the probe and the server's bind makes
+// it exit: up to five attempts, each on a new port, except that a *port set
+// before (a restart) is tried first. True with *port and *pid set; false
+// with `error` set and nothing left running.
+bool startServer(const ServerLaunch& launch, int* port, pid_t* pid, std::string* error);
 
 // The last `max_bytes` of a file (a server's log, for error messages).
 std::string fileTail(const std::string& path, size_t max_bytes = 2000);
