@@ -10,24 +10,24 @@
 
 namespace lg::billing {
 
-namespace {
-
-constexpr std::string_view kKeyRecord = "secret/system-prompt";
-constexpr size_t kKeyBytes = 32;
-
-}  // namespace
-
-Result<SystemPromptFingerprinter> SystemPromptFingerprinter::open(BillingDb& db) {
-  LG_ASSIGN_OR_RETURN(std::optional<std::string> stored, db.get(kKeyRecord));
+Result<std::string> SystemPromptFingerprinter::loadOrCreateKey(BillingDb& db, bool* created) {
+  if (created != nullptr) *created = false;
+  LG_ASSIGN_OR_RETURN(std::optional<std::string> stored, db.get(kSystemPromptKeyRecord));
   if (stored) {
-    if (stored->size() != kKeyBytes) return dataLoss("billing store: the system prompt key is corrupt");
-    return SystemPromptFingerprinter(std::move(*stored));
+    if (stored->size() != kSystemPromptKeyBytes) return dataLoss("billing store: the system prompt key is corrupt");
+    return std::move(*stored);
   }
-  std::string key(kKeyBytes, '\0');
+  std::string key(kSystemPromptKeyBytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(key.data()), static_cast<int>(key.size())) != 1) {
     return internalError("the system random generator failed");
   }
-  LG_RETURN_IF_ERROR(db.write({{std::string(kKeyRecord), key}}));
+  LG_RETURN_IF_ERROR(db.write({{std::string(kSystemPromptKeyRecord), key}}));
+  if (created != nullptr) *created = true;
+  return key;
+}
+
+Result<SystemPromptFingerprinter> SystemPromptFingerprinter::open(BillingDb& db) {
+  LG_ASSIGN_OR_RETURN(std::string key, loadOrCreateKey(db));
   return SystemPromptFingerprinter(std::move(key));
 }
 

@@ -24,11 +24,20 @@
 //
 // The key is 32 random bytes kept in the billing store (secret/system-prompt),
 // made at the first open: it lives and is backed up with the ledger whose
-// fingerprints it made, so they stay comparable across restarts.
+// fingerprints it made, so they stay comparable across restarts. With
+// billing.postgres_url the replicas share one key, kept in PostgreSQL with
+// the ledger of record (billing/postgres/pg_fingerprint_key.h): the key of
+// the first replica to offer one is kept, and every other replica adopts it
+// into its own billing store in place of its own, so that one prompt of one
+// team has one fingerprint on every replica, through restarts while
+// PostgreSQL is away too (a replica that never reached PostgreSQL keys with
+// its own until it does, at a start). The key never reaches a log line, an
+// error or the configuration.
 //
 // Thread-safety: fingerprint() is const and may be called concurrently.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,10 +48,18 @@
 
 namespace lg::billing {
 
+// The billing store's record of the key, and the key's length.
+inline constexpr std::string_view kSystemPromptKeyRecord = "secret/system-prompt";
+inline constexpr size_t kSystemPromptKeyBytes = 32;
+
 class SystemPromptFingerprinter {
  public:
   // The store's key, made (synced) when there is none yet.
   static Result<SystemPromptFingerprinter> open(BillingDb& db);
+  // open()'s key itself: the store's, made (synced) when there is none yet
+  // (`*created` says which, when given); DataLoss when the record is not
+  // kSystemPromptKeyBytes long.
+  static Result<std::string> loadOrCreateKey(BillingDb& db, bool* created = nullptr);
   explicit SystemPromptFingerprinter(std::string key) : key_(std::move(key)) {}
 
   // `team`: the requesting team's id (its namespace scope, common/team_id.h).

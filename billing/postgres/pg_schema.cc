@@ -107,6 +107,21 @@ CREATE TABLE stored_responses (
 CREATE INDEX stored_responses_expires ON stored_responses (expires_s);
 )sql";
 
+// Version 4: secrets every replica must share, one row each, written once
+// by the first replica that offers one (INSERT ... ON CONFLICT DO NOTHING) and
+// never changed. "system-prompt": the system prompt fingerprint's HMAC key
+// (pg_fingerprint_key.h). No CHECK on `value`: a violated constraint's
+// message quotes the failing row, and the key must reach no log; its length
+// is checked by the reader.
+constexpr std::string_view kV4 = R"sql(
+CREATE TABLE cluster_secrets (
+  name        text PRIMARY KEY,
+  value       bytea NOT NULL,
+  replica     text NOT NULL,      -- the replica that offered it
+  created_at  timestamptz NOT NULL DEFAULT now()
+);
+)sql";
+
 Status ensureMigrationsTable(pqxx::work& tx) {
   tx.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -121,6 +136,7 @@ const std::vector<Migration>& migrations() {
       {1, "ledger entries and hourly usage rollups", kV1},
       {2, "control records shared by the replicas", kV2},
       {3, "the index of stored responses", kV3},
+      {4, "secrets shared by the replicas", kV4},
   };
   return kMigrations;
 }

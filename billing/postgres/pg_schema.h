@@ -15,6 +15,10 @@
 //   stored_responses(key_id, response_id PRIMARY KEY, replica, expires_s, deleted)
 //                                                   which replica holds each stored
 //                                                   response (pg_response_index.h)
+//   cluster_secrets(name PRIMARY KEY, value, replica, created_at)
+//                                                   secrets the replicas share, written once:
+//                                                   the system prompt fingerprint's key
+//                                                   (pg_fingerprint_key.h)
 //
 // migrate() applies, in order, each migration that schema_migrations lacks,
 // each in its own transaction that first takes a transaction-level advisory

@@ -5,6 +5,7 @@
 #include "billing/metering.h"
 #include "billing/postgres/ledger_drain.h"
 #include "billing/postgres/pg_control_plane.h"
+#include "billing/postgres/pg_fingerprint_key.h"
 #include "billing/postgres/pg_ledger_reader.h"
 #include "billing/postgres/pg_response_index.h"
 #include "billing/prompt_fingerprint.h"
@@ -173,8 +174,21 @@ Status Server::Parts::openBilling() {
   // spent from the ledger before it takes any commit and count every later one.
   const int64_t now_us = unixMicros();
   LG_ASSIGN_OR_RETURN(prices, billing::PriceBook::open(*db, *control));
-  LG_ASSIGN_OR_RETURN(billing::SystemPromptFingerprinter f, billing::SystemPromptFingerprinter::open(*db));
-  fingerprints.emplace(std::move(f));
+  // With PostgreSQL, the key every replica shares (the first replica's,
+  // adopted into this store by the others), so that one prompt has one
+  // fingerprint in PostgreSQL's usage rows; PostgreSQL away at start keys
+  // with this store's (logged), never an error.
+  if (pg_control != nullptr) {
+    billing::pg::PostgresOptions key_options;
+    key_options.url = config.billing.postgres_url;
+    key_options.statement_timeout_ms = 10'000;
+    LG_ASSIGN_OR_RETURN(billing::SystemPromptFingerprinter f,
+                        billing::pg::openSharedFingerprinter(*db, key_options, pg_control->replicaId()));
+    fingerprints.emplace(std::move(f));
+  } else {
+    LG_ASSIGN_OR_RETURN(billing::SystemPromptFingerprinter f, billing::SystemPromptFingerprinter::open(*db));
+    fingerprints.emplace(std::move(f));
+  }
   billing::LedgerOptions ledger_options;
   ledger_options.metrics = &ledger_metrics;
   ledger_options.idempotency_ttl_s = config.billing.idempotency_ttl_s;

@@ -149,6 +149,35 @@ TEST(LedgerTest, FingerprintsAreKeyedWithTheStoresSecret) {
   EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss);
 }
 
+// Without billing.postgres_url (one replica), as before the replicas
+// shared a key: the key is the store's own record, 32 bytes made at the
+// first open and nothing else written (no mark of a shared key), and the
+// fingerprint is the same MAC over the same input (a value computed apart,
+// with Python's hmac, for a fixed key).
+TEST(LedgerTest, WithoutPostgresTheStoresOwnKeyFingerprintsAsBefore) {
+  using V = std::vector<std::pair<std::string_view, std::string_view>>;
+  EXPECT_EQ(SystemPromptFingerprinter(std::string(32, 'k')).fingerprint("team-a", V{{"system", "You are helpful."}}),
+            "2779fc61025e80e64bf769dbef122587");
+  test::TempDir dir;
+  auto db = BillingDb::open(dir.path() + "/billing");
+  ASSERT_TRUE(db.isOk());
+  auto f = SystemPromptFingerprinter::open(**db);
+  ASSERT_TRUE(f.isOk()) << f.status().toString();
+  auto key = (*db)->get(kSystemPromptKeyRecord);
+  ASSERT_TRUE(key.isOk() && key->has_value());
+  EXPECT_EQ((*key)->size(), kSystemPromptKeyBytes);
+  const V prompt{{"system", "You are a careful coding agent."}};
+  EXPECT_EQ(f->fingerprint("team-a", prompt), SystemPromptFingerprinter(**key).fingerprint("team-a", prompt));
+  size_t secrets = 0;
+  ASSERT_TRUE((*db)->scan("secret/", [&](std::string_view, std::string_view) { return ++secrets, true; }).isOk());
+  EXPECT_EQ(secrets, 1u) << "only the key itself";
+  bool created = true;
+  auto again = SystemPromptFingerprinter::loadOrCreateKey(**db, &created);
+  ASSERT_TRUE(again.isOk());
+  EXPECT_FALSE(created);
+  EXPECT_EQ(*again, **key);
+}
+
 // Many threads commit at once; every callback runs once with OK, the writes
 // were grouped, and the counters equal the entries.
 TEST(LedgerTest, GroupCommitKeepsCountersEqualToEntries) {

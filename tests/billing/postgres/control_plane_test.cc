@@ -7,7 +7,9 @@
 // poll); concurrent changes lose nothing; an existing install seeds
 // PostgreSQL; PostgreSQL away refuses writes and keeps serving the last view.
 // And the index of stored responses (pg_response_index.h): which replica
-// holds which response, deletion final, PostgreSQL away.
+// holds which response, deletion final, PostgreSQL away. And the system
+// prompt fingerprint's key (pg_fingerprint_key.h): one for every replica, the
+// first replica's, kept in each store; PostgreSQL away at start.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +20,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <pqxx/pqxx>
+#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "billing/billing_db.h"
 #include "billing/budgets.h"
@@ -25,10 +29,14 @@
 #include "billing/key_store.h"
 #include "billing/ledger.h"
 #include "billing/postgres/pg_control_plane.h"
+#include "billing/postgres/pg_fingerprint_key.h"
 #include "billing/postgres/pg_response_index.h"
 #include "billing/postgres/pg_schema.h"
 #include "billing/prices.h"
+#include "billing/prompt_fingerprint.h"
 #include "billing/response_index.h"
+#include "common/hex.h"
+#include "common/logging.h"
 #include "common/metrics.h"
 #include "common/unix_time.h"
 #include "tests/support/postgres_environment.h"
@@ -544,6 +552,160 @@ TEST_F(ControlPlaneTest, TheStoredResponsesIndexSaysWhichReplicaHoldsAResponse) 
   metrics::ExpositionWriter w;
   (*a)->collect(w);
   EXPECT_NE(w.text().find("latentgate_stored_response_index_push_failures_total "), std::string::npos) << w.text();
+}
+
+// The billing logger's lines while it lives.
+class BillingLogCapture {
+ public:
+  BillingLogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+    componentLogger("billing")->sinks().push_back(sink_);
+  }
+  ~BillingLogCapture() {
+    auto& sinks = componentLogger("billing")->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::vector<std::string> lines() const { return sink_->last_formatted(); }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+// The system prompt fingerprint's key (pg_fingerprint_key.h): two replicas
+// whose stores hold different keys, on one PostgreSQL, fingerprint one
+// team's prompt alike, with the key of the first (an installation that grew
+// from one replica keeps its fingerprints); the second's store holds that key
+// afterwards, so it keys the same way without PostgreSQL. PostgreSQL away at
+// start: no error; a replica that took the key before keeps it, one that
+// never did keys with its own (logged) and takes the shared key at its next
+// start. The key is in no log line and no error.
+TEST_F(ControlPlaneTest, ReplicasFingerprintSystemPromptsWithTheFirstReplicasKey) {
+  using V = std::vector<std::pair<std::string_view, std::string_view>>;
+  const V prompt{{"system", "You are a careful coding agent."}};
+  PostgresOptions pg;
+  pg.url = url_;
+  pg.connect_timeout_s = 1;
+  pg.statement_timeout_ms = 5000;
+  test::TempDir dir_a{"lg_fp_a"}, dir_b{"lg_fp_b"}, dir_c{"lg_fp_c"};
+  auto storeKey = [](BillingDb& db) { return db.get(kSystemPromptKeyRecord).value().value_or(""); };
+  // Each store made its own key first (two single-node installs' worth).
+  std::string own_a, own_b, key_a;
+  for (auto [dir, own] : {std::pair{&dir_a, &own_a}, std::pair{&dir_b, &own_b}}) {
+    auto db = BillingDb::open(dir->file("billing"));
+    ASSERT_TRUE(db.isOk());
+    auto f = SystemPromptFingerprinter::open(**db);
+    ASSERT_TRUE(f.isOk()) << f.status().toString();
+    *own = f->fingerprint("team-a", prompt);
+    if (dir == &dir_a) key_a = storeKey(**db);
+  }
+  ASSERT_NE(own_a, own_b);
+  ASSERT_EQ(key_a.size(), kSystemPromptKeyBytes);
+
+  BillingLogCapture log;
+  auto db_a = BillingDb::open(dir_a.file("billing"));
+  auto db_b = BillingDb::open(dir_b.file("billing"));
+  ASSERT_TRUE(db_a.isOk() && db_b.isOk());
+  auto a = openSharedFingerprinter(**db_a, pg, "r-a");
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  auto b = openSharedFingerprinter(**db_b, pg, "r-b");
+  ASSERT_TRUE(b.isOk()) << b.status().toString();
+  EXPECT_EQ(a->fingerprint("team-a", prompt), own_a) << "the first replica keeps its key and its fingerprints";
+  EXPECT_EQ(b->fingerprint("team-a", prompt), own_a) << "the second takes the first's";
+  EXPECT_NE(b->fingerprint("team-b", prompt), own_a) << "still keyed per team";
+  EXPECT_EQ(storeKey(**db_b), key_a) << "the second's store holds the shared key in place of its own";
+  {
+    pqxx::connection c(url_);
+    pqxx::read_transaction tx(c);
+    const pqxx::result r = tx.exec("SELECT name, replica FROM cluster_secrets");
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0][0].as<std::string>(), std::string(kSystemPromptSecretName));
+    EXPECT_EQ(r[0][1].as<std::string>(), "r-a");
+  }
+  // Reopened without PostgreSQL (its store alone): the same fingerprint.
+  db_b->reset();
+  db_b = BillingDb::open(dir_b.file("billing"));
+  ASSERT_TRUE(db_b.isOk());
+  auto b_alone = SystemPromptFingerprinter::open(**db_b);
+  ASSERT_TRUE(b_alone.isOk());
+  EXPECT_EQ(b_alone->fingerprint("team-a", prompt), own_a);
+
+  // PostgreSQL away at start: B keys as every replica does; C, which never
+  // reached it, starts on its own key, and takes the shared one once it can.
+  auto db_c = BillingDb::open(dir_c.file("billing"));
+  ASSERT_TRUE(db_c.isOk());
+  test::sharedPostgres()->stop();
+  auto b_away = openSharedFingerprinter(**db_b, pg, "r-b");
+  ASSERT_TRUE(b_away.isOk()) << b_away.status().toString();
+  EXPECT_EQ(b_away->fingerprint("team-a", prompt), own_a);
+  auto c_away = openSharedFingerprinter(**db_c, pg, "r-c");
+  ASSERT_TRUE(c_away.isOk()) << "PostgreSQL away never stops a start: " << c_away.status().toString();
+  EXPECT_NE(c_away->fingerprint("team-a", prompt), own_a);
+  const std::string key_c = storeKey(**db_c);
+  std::string error;
+  ASSERT_TRUE(test::sharedPostgres()->start(&error)) << error;
+  auto c = openSharedFingerprinter(**db_c, pg, "r-c");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->fingerprint("team-a", prompt), own_a);
+  EXPECT_EQ(storeKey(**db_c), key_a);
+
+  // A damaged key in PostgreSQL refuses (DataLoss), without the bytes.
+  {
+    pqxx::connection conn(url_);
+    pqxx::work tx(conn);
+    tx.exec("UPDATE cluster_secrets SET value = '\\x0102'::bytea");
+    tx.commit();
+  }
+  auto damaged = openSharedFingerprinter(**db_a, pg, "r-a");
+  ASSERT_FALSE(damaged.isOk());
+  EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss) << damaged.status().toString();
+
+  bool warned_own = false;
+  for (const std::string& line : log.lines()) {
+    warned_own = warned_own || (line.find("never took") != std::string::npos && line.find("own key") != std::string::npos);
+    for (const std::string& key : {key_a, key_c}) {
+      EXPECT_EQ(line.find(hexLower(key)), std::string::npos) << line;
+      EXPECT_EQ(line.find(key), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(warned_own) << "a replica on its own key says so";
+  for (const std::string& key : {key_a, key_c}) {
+    EXPECT_EQ(damaged.status().toString().find(hexLower(key)), std::string::npos);
+  }
+}
+
+// Replicas that start together with no key in PostgreSQL: one offer is kept,
+// and every replica keys with it.
+TEST_F(ControlPlaneTest, ReplicasStartingTogetherAgreeOnOneSystemPromptKey) {
+  using V = std::vector<std::pair<std::string_view, std::string_view>>;
+  const V prompt{{"developer", "Answer in French."}};
+  PostgresOptions pg;
+  pg.url = url_;
+  pg.connect_timeout_s = 1;
+  pg.statement_timeout_ms = 5000;
+  constexpr int kReplicas = 4;
+  std::vector<std::unique_ptr<test::TempDir>> dirs;
+  std::vector<std::unique_ptr<BillingDb>> dbs;
+  std::set<std::string> own;
+  for (int i = 0; i < kReplicas; ++i) {
+    dirs.push_back(std::make_unique<test::TempDir>("lg_fp_together"));
+    auto db = BillingDb::open(dirs.back()->file("billing"));
+    ASSERT_TRUE(db.isOk());
+    auto f = SystemPromptFingerprinter::open(**db);
+    ASSERT_TRUE(f.isOk());
+    own.insert(f->fingerprint("team-a", prompt));
+    dbs.push_back(std::move(*db));
+  }
+  ASSERT_EQ(own.size(), static_cast<size_t>(kReplicas));
+  std::vector<std::string> got(kReplicas);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kReplicas; ++i) {
+    threads.emplace_back([&, i] {
+      auto f = openSharedFingerprinter(*dbs[i], pg, "r-" + std::to_string(i));
+      got[i] = f.isOk() ? f->fingerprint("team-a", prompt) : f.status().toString();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(got[i], got[0]) << i;
+  EXPECT_TRUE(own.contains(got[0])) << "one replica's own key, kept: " << got[0];
 }
 
 }  // namespace
