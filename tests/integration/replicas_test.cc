@@ -6,6 +6,8 @@
 //     authenticates on the other, a budget set on one binds on the other, a
 //     price table scheduled on one prices the other's requests, a key
 //     revoked on one is refused by the other;
+//   - one team's system prompt has one fingerprint on both (the key they
+//     share through PostgreSQL);
 //   - a team deleted on one is purged on the other (its stored responses);
 //   - a stored response is found on the replica that holds it, refused as
 //     misdirected (421) on the other, 404 for another key; a purge on one
@@ -103,6 +105,21 @@ TEST_F(ReplicasTest, AnAdminCallOnEitherReplicaActsOnBothWithinTheBound) {
   ASSERT_TRUE(took) << "a key made on A never authenticated on B";
   EXPECT_LE(*took, kBound);
   const std::string id = keyId(*b_, key);
+  // One system prompt, one fingerprint on both: the key they share.
+  std::string fingerprints[2];
+  for (int i = 0; i < 2; ++i) {
+    test::Harness& h = i == 0 ? *a_ : *b_;
+    const Reply r = call(h, "POST", "/v1/chat/completions", key,
+                         json{{"model", "demo"},
+                              {"messages", {{{"role", "system"}, {"content", "Be terse."}}, {{"role", "user"}, {"content", "Hello"}}}},
+                              {"max_tokens", 2}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const auto entry = h.ledgerEntry(r.header("x-request-id").value_or(""));
+    ASSERT_TRUE(entry.has_value());
+    fingerprints[i] = entry->system_prompt;
+  }
+  EXPECT_FALSE(fingerprints[0].empty());
+  EXPECT_EQ(fingerprints[0], fingerprints[1]) << "one prompt, one fingerprint on every replica";
   // The admin lists it on both.
   const Reply listed = call(*b_, "GET", "/admin/keys", b_->adminKey());
   ASSERT_EQ(listed.status, 200);
