@@ -68,8 +68,7 @@
 
 namespace lg::billing {
 
-enum class BudgetScope : uint8_t { kKey, kTeam };
-std::string_view budgetScopeName(BudgetScope scope);  // "key", "team"
+// BudgetScope and budgetScopeName: budget_view.h.
 
 // The first second of the period of `period` that holds `t_s`, and the first
 // of the next (0 for total: it never renews). UTC.
@@ -172,6 +171,10 @@ class Budgets final : public BudgetView, public CommitObserver, public Reservati
   const BudgetOptions& defaults() const { return options_; }
   // A key's or team's own budget now (nothing when none applies).
   std::optional<BudgetStatus> statusOf(BudgetScope scope, const std::string& id, int64_t now_s) const;
+  // BudgetView: the same (this replica's counts; the subject's team is not needed).
+  std::optional<BudgetStatus> statusOf(const BudgetSubject& subject, int64_t now_s) const override {
+    return statusOf(subject.scope, subject.id, now_s);
+  }
 
   // BudgetView: the key's or the team's, whichever has less remaining.
   std::optional<BudgetStatus> budgetOf(const Principal& who, int64_t now_s) const override;
