@@ -365,6 +365,19 @@ void BillingApi::balance(const HttpRequest&, std::shared_ptr<Exchange> exchange,
   std::string balance = "0.00";
   if (budgets_ != nullptr) {
     if (auto b = budgets_->budgetOf(*who, unixMicros() / kUsPerS)) {
+      // With limits.redis_url and Redis unreachable, this replica's count is
+      // all there is, which would overstate the balance; DeepSeek's shape has
+      // no room to say so, and admission refuses budgeted requests meanwhile.
+      if (b->counted == billing::BudgetCounted::kReplicaOnly) {
+        ApiError e;
+        e.http_status = 503;
+        e.type = "server_error";
+        e.code = "budget_store_unavailable";
+        e.message = "The store that keeps budgets shared by the replicas is unreachable, so the balance is not "
+                    "known. Try again shortly.";
+        e.retry_after_s = 1;
+        return respondWithApiError(*exchange, e);
+      }
       available = b->remaining() > 0;
       balance = billing::usdCents(std::max<Int128>(b->remaining(), 0));
     }

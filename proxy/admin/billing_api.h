@@ -24,6 +24,13 @@
 // and PUT /admin/pricing waits for its fsync, so those routes run on the
 // blocking pool (blocking_pool.h), not on an I/O thread.
 //
+// The budget in /v1/usage and /user/balance is the BudgetView's: this
+// replica's Budgets, or with limits.redis_url the replicas' shared counts
+// read from Redis (billing/redis/redis_budget_view.h), so those routes run on
+// the blocking pool too. With Redis unreachable /v1/usage's budget is this
+// replica's own count marked "counted": "replica_only", and /user/balance is
+// 503 budget_store_unavailable (its shape has no room for the mark).
+//
 // Every route is registered through admission (proxy/gateway/admission.h):
 // the admin key for /admin/, an API key for its own usage.
 //

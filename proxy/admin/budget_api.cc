@@ -30,20 +30,24 @@ openai::ApiError notFound(std::string message) {
 }  // namespace
 
 json budgetStatusJson(const billing::BudgetStatus& b) {
-  return json{{"scope", b.scope},
-              {"period", b.period},
-              {"period_start", b.period_start_s},
-              {"period_end", b.period_end_s > 0 ? json(b.period_end_s) : json(nullptr)},
-              {"limit", billing::usd(b.limit)},
-              {"soft_limit", billing::usd(b.soft_limit)},
-              {"spent", billing::usd(b.spent)},
-              {"reserved", billing::usd(b.reserved)},
-              {"remaining", billing::usd(b.remaining())}};
+  json out{{"scope", b.scope},
+           {"period", b.period},
+           {"period_start", b.period_start_s},
+           {"period_end", b.period_end_s > 0 ? json(b.period_end_s) : json(nullptr)},
+           {"limit", billing::usd(b.limit)},
+           {"soft_limit", billing::usd(b.soft_limit)},
+           {"spent", billing::usd(b.spent)},
+           {"reserved", billing::usd(b.reserved)},
+           {"remaining", billing::usd(b.remaining())}};
+  // Only with limits.redis_url: without it there is one count, this replica's.
+  if (const std::string_view counted = billing::budgetCountedName(b.counted); !counted.empty()) out["counted"] = counted;
+  return out;
 }
 
 void BudgetApi::addRoutes(Router& router) const {
-  // On the blocking pool: PUT and DELETE wait for a synced write, and the
-  // list walks every key, which is work in proportion to the keys.
+  // On the blocking pool: PUT and DELETE wait for a synced write, the list
+  // walks every key, which is work in proportion to the keys, and the
+  // statuses may be read from Redis.
   router.add("GET", "/admin/budgets",
              admission_.forAdmin([this](const HttpRequest& r, std::shared_ptr<Exchange> e) { list(r, std::move(e)); }),
              Runs::kBlocking);
@@ -58,6 +62,8 @@ void BudgetApi::addRoutes(Router& router) const {
 void BudgetApi::list(const HttpRequest&, std::shared_ptr<Exchange> exchange) const {
   const int64_t now = unixSeconds();
   json data = json::array();
+  // The rows first, then every status at once (one round trip to Redis).
+  std::vector<billing::BudgetSubject> subjects;
   auto add = [&](billing::BudgetScope scope, const std::string& id, const std::string& team) {
     const billing::Budgets::Assigned a = budgets_.effective(scope, id);
     // Only what a budget applies to: a key or team exempt or without one is not listed.
@@ -65,8 +71,7 @@ void BudgetApi::list(const HttpRequest&, std::shared_ptr<Exchange> exchange) con
     json row{{"scope", billing::budgetScopeName(scope)}, {"id", id}, {"source", a.is_default ? "default" : "own"},
              {"budget", json::parse(budgetToJson(a.budget))}};
     if (scope == billing::BudgetScope::kKey) row["team"] = team;
-    auto st = budgets_.statusOf(scope, id, now);
-    row["status"] = st ? budgetStatusJson(*st) : json(nullptr);
+    subjects.push_back({scope, id, team});
     data.push_back(std::move(row));
   };
   std::set<std::string> teams;
@@ -78,6 +83,10 @@ void BudgetApi::list(const HttpRequest&, std::shared_ptr<Exchange> exchange) con
     if (a.scope == billing::BudgetScope::kTeam) teams.insert(a.id);
   }
   for (const std::string& t : teams) add(billing::BudgetScope::kTeam, t, t);
+  const std::vector<std::optional<billing::BudgetStatus>> statuses = view_.statusesOf(subjects, now);
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    data[i]["status"] = statuses[i] ? budgetStatusJson(*statuses[i]) : json(nullptr);
+  }
   exchange->respond(200, jsonHeaders(),
                     openai::jsonText(json{{"object", "list"},
                                 {"defaults", {{"key", json::parse(budgetToJson(budgets_.defaults().key_default))},
@@ -129,7 +138,8 @@ void BudgetApi::one(const HttpRequest& request, std::shared_ptr<Exchange> exchan
   json out{{"object", "budget"}, {"scope", billing::budgetScopeName(scope)}, {"id", id},
            {"source", a.is_default ? "default" : "own"}, {"budget", json::parse(budgetToJson(a.budget))}};
   if (scope == billing::BudgetScope::kKey) out["team"] = team;
-  auto st = budgets_.statusOf(scope, id, unixSeconds());
+  auto st = view_.statusOf(billing::BudgetSubject{scope, id, scope == billing::BudgetScope::kKey ? team : id},
+                          unixSeconds());
   out["status"] = st ? budgetStatusJson(*st) : json(nullptr);
   exchange->respond(200, jsonHeaders(), openai::jsonText(out));
 }

@@ -12,7 +12,12 @@
 // A change applies to requests admitted from then on; requests in flight
 // keep the reservations they hold.
 //
-// Thread-safety: routes may run on every I/O thread at once.
+// The settings are Budgets'; the status (spent, reserved) is the view's:
+// Budgets itself, or with limits.redis_url the replicas' shared counts
+// (billing/redis/redis_budget_view.h), which a status names in "counted".
+// Every route runs on the blocking pool: the view may ask Redis.
+//
+// Thread-safety: routes may run on every thread at once.
 #pragma once
 
 #include <memory>
@@ -28,14 +33,18 @@ namespace lg::proxy {
 
 // A budget's state as the API shows it: {"scope", "period", "period_start",
 // "period_end" (null: never), "limit", "soft_limit", "spent", "reserved",
-// "remaining"}, amounts as exact decimal dollars.
+// "remaining"}, amounts as exact decimal dollars, and with limits.redis_url
+// "counted": where spent and reserved were counted (billing/budget_view.h,
+// budgetCountedName: "shared", "records", "replica_ledger", "replica_only").
 nlohmann::json budgetStatusJson(const billing::BudgetStatus& status);
 
 class BudgetApi {
  public:
-  // Everything must outlive the server.
-  BudgetApi(billing::Budgets& budgets, const billing::KeyStore& keys, const Admission& admission)
-      : budgets_(budgets), keys_(keys), admission_(admission) {}
+  // Everything must outlive the server. `view` shows the statuses; null:
+  // `budgets`' own.
+  BudgetApi(billing::Budgets& budgets, const billing::KeyStore& keys, const Admission& admission,
+            const billing::BudgetView* view = nullptr)
+      : budgets_(budgets), view_(view != nullptr ? *view : budgets), keys_(keys), admission_(admission) {}
 
   void addRoutes(Router& router) const;
 
@@ -45,6 +54,7 @@ class BudgetApi {
   void one(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
 
   billing::Budgets& budgets_;
+  const billing::BudgetView& view_;
   const billing::KeyStore& keys_;
   const Admission& admission_;
 };

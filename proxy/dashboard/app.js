@@ -231,6 +231,11 @@
       card.replaceChildren(money(o.budget.remaining, 'budget-remaining-value'));
       detail.replaceChildren(money(o.budget.spent), ' spent of ', money(o.budget.limit), ' (' + o.budget.scope + ', per ' +
                              o.budget.period + ')');
+      // With limits.redis_url: where the amounts were counted, when not Redis's shared counters.
+      const note = { records: 'spent as the ledger of record counts it',
+                     replica_ledger: 'this replica\'s spending only',
+                     replica_only: 'Redis unreachable: this replica\'s count only' }[o.budget.counted];
+      if (note) detail.append(' \u2014 ' + note);
     } else {
       card.textContent = 'no budget';
       detail.textContent = !o.budgets_enabled ? 'budgets are not configured'

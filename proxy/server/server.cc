@@ -9,6 +9,7 @@
 #include "billing/postgres/pg_ledger_reader.h"
 #include "billing/postgres/pg_response_index.h"
 #include "billing/prompt_fingerprint.h"
+#include "billing/redis/redis_budget_view.h"
 #include "billing/redis/redis_limits.h"
 #include "billing/spend_source.h"
 #include "cache/cache_config.h"
@@ -80,6 +81,12 @@ struct Server::Parts {
   // after it; its spend source reads the budgets and the ledger.
   std::unique_ptr<billing::SpendSource> spend_source;
   std::unique_ptr<billing::redis::RedisLimits> redis_limits;
+  // What the usage API, the admin budget API and the dashboard show of
+  // budgets: with limits.redis_url the replicas' shared counts in Redis (its
+  // own connections; it reads the budgets and the spend source), else the
+  // budgets' own (this replica's) count.
+  std::unique_ptr<billing::redis::RedisBudgetView> redis_budget_view;
+  const billing::BudgetView* budget_view = nullptr;
   std::unique_ptr<billing::Ledger> ledger;
   // billing.postgres_url: drains the ledger's outbox. stop() flushes the
   // ledger and then makes the drain's final attempt; it goes before the
@@ -237,9 +244,19 @@ Status Server::Parts::openBilling() {
     } else {
       spend_source = std::make_unique<billing::LedgerSpendSource>(*budgets, *ledger);
     }
+    billing::redis::RedisBudgetViewOptions view_options;
+    view_options.redis = o.redis;
+    view_options.key_prefix = o.key_prefix;
+    // One per blocking-pool thread (the tenants' lane and the admin's), the
+    // threads its callers run on, so none waits for a connection.
+    view_options.connections = static_cast<size_t>(config.server.blocking_threads) + 1;
+    view_options.source_counts = pg_reads ? billing::BudgetCounted::kRecords : billing::BudgetCounted::kReplicaLedger;
     LG_ASSIGN_OR_RETURN(redis_limits, billing::redis::RedisLimits::start(std::move(o), *budgets, *spend_source));
     ledger->addObserver(redis_limits.get());
+    LG_ASSIGN_OR_RETURN(redis_budget_view,
+                        billing::redis::RedisBudgetView::open(std::move(view_options), *budgets, *spend_source));
   }
+  budget_view = redis_budget_view ? static_cast<const billing::BudgetView*>(redis_budget_view.get()) : budgets.get();
   metering = std::make_unique<billing::Metering>(
       billing::MeteringServices{ledger.get(), prices.get(), budgets.get(), &*fingerprints});
   return Status::ok();
@@ -321,10 +338,10 @@ Status Server::Parts::build() {
   teams_options.drop_sessions = [this](const std::string& team) { return dashboard->sessions().removeTeam(team); };
   teams_api = std::make_unique<TeamsApi>(std::move(teams_options), *keys, *admission, *generation, engine.cache,
                                          responses.get());
-  billing_api = std::make_unique<BillingApi>(*reads, *ledger, *prices, *keys, *admission, budgets.get());
+  billing_api = std::make_unique<BillingApi>(*reads, *ledger, *prices, *keys, *admission, budget_view);
   billing_api->setKeyQueryLimit(config.limits.key_usage_queries_per_minute);
   responses_api = std::make_unique<ResponsesAdminApi>(*responses, *keys, *control, *admission);
-  budget_api = std::make_unique<BudgetApi>(*budgets, *keys, *admission);
+  budget_api = std::make_unique<BudgetApi>(*budgets, *keys, *admission, budget_view);
   // Publishing into a shared namespace needs the cache (cache.enabled).
   if (engine.cache != nullptr) {
     SharedPrefixOptions o;
@@ -343,7 +360,7 @@ Status Server::Parts::build() {
   dashboard_options.max_sessions_per_key = static_cast<size_t>(config.server.dashboard_sessions_per_key);
   dashboard_options.sign_in_failures_per_minute = config.server.dashboard_sign_in_failures_per_minute;
   dashboard_options.sign_ins_per_key_per_minute = config.server.dashboard_sign_ins_per_key_per_minute;
-  dashboard = std::make_unique<Dashboard>(*reads, *keys, *admission, budgets.get(), rate_limiter.get(),
+  dashboard = std::make_unique<Dashboard>(*reads, *keys, *admission, budget_view, rate_limiter.get(),
                                           DashboardMemorySources{scheduler.get(), engine.cache, memory},
                                           dashboard_options);
 

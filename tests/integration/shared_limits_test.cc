@@ -3,7 +3,11 @@
 // and limits shared by replicas"): what one replica spends, the other's
 // admission sees; with Redis stopped a budgeted request is 503
 // budget_store_unavailable while /readyz stays ready and says so, and
-// /metrics shows it; when Redis returns, requests are admitted again.
+// /metrics shows it; when Redis returns, requests are admitted again. And
+// what the budget views show (/v1/usage's budget, /user/balance, the admin
+// budget API, the dashboard): on each replica, the spending of both; with
+// Redis stopped, this replica's own count marked "replica_only" (the
+// balance: 503); with Redis back empty, this replica's ledger, marked.
 #include <chrono>
 #include <thread>
 
@@ -12,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include "billing/metering.h"
+#include "billing/prices.h"
+#include "common/unix_time.h"
 #include "tests/integration/harness.h"
 #include "tests/support/redis_server.h"
 
@@ -69,6 +75,17 @@ class SharedLimitsTest : public ::testing::Test {
     return false;
   }
 
+  // Signs in to `h`'s dashboard with `key`; its overview.
+  static json overviewOf(test::Harness& h, const std::string& key) {
+    auto signed_in = h.call("POST", "/dashboard/session", "", json{{"key", key}});
+    const std::string cookie = signed_in.header("set-cookie").value_or("");
+    EXPECT_EQ(signed_in.status, 200) << signed_in.body;
+    auto overview = h.call("GET", "/dashboard/api/overview?range=24h", "", nullptr,
+                           {"-H", "Cookie: " + cookie.substr(0, cookie.find(';'))});
+    EXPECT_EQ(overview.status, 200) << overview.body;
+    return json::parse(overview.body);
+  }
+
   std::unique_ptr<test::RedisServer> redis_;
   std::unique_ptr<test::Harness> a_, b_;
   std::string key_a_, key_b_;
@@ -116,6 +133,68 @@ TEST_F(SharedLimitsTest, WhatOneReplicaSpendsTheOtherSeesAndRedisAwayIs503) {
   auto back = b_->call("POST", "/v1/chat/completions", key_b_, chat());
   EXPECT_EQ(back.status, 200) << back.body;
   EXPECT_EQ(json::parse(b_->call("GET", "/readyz", "").body)["redis"], "up");
+}
+
+TEST_F(SharedLimitsTest, BudgetViewsShowWhatEveryReplicaSpent) {
+  const int64_t limit = 1'000'000'000'000;  // $1
+  setTeamBudget(limit);
+  auto on_a = a_->call("POST", "/v1/chat/completions", key_a_, chat());
+  ASSERT_EQ(on_a.status, 200) << on_a.body;
+  auto on_b = b_->call("POST", "/v1/chat/completions", key_b_, chat());
+  ASSERT_EQ(on_b.status, 200) << on_b.body;
+  const auto entry_a = a_->ledgerEntry(on_a.header("x-request-id").value_or(""));
+  const auto entry_b = b_->ledgerEntry(on_b.header("x-request-id").value_or(""));
+  ASSERT_TRUE(entry_a && entry_b);
+  ASSERT_TRUE(settled(*a_));
+  ASSERT_TRUE(settled(*b_));
+  const Int128 spent_a = entry_a->cost.total(), spent_b = entry_b->cost.total();
+  const std::string both = billing::usd(spent_a + spent_b);
+
+  for (auto [h, key] : {std::pair{a_.get(), key_a_}, std::pair{b_.get(), key_b_}}) {
+    SCOPED_TRACE(h == a_.get() ? "replica A" : "replica B");
+    const json budget = json::parse(h->call("GET", "/v1/usage", key).body)["budget"];
+    EXPECT_EQ(budget["scope"], "team");
+    EXPECT_EQ(budget["spent"], both) << budget;
+    EXPECT_EQ(budget["reserved"], billing::usd(0));
+    EXPECT_EQ(budget["remaining"], billing::usd(Int128{limit} - spent_a - spent_b));
+    EXPECT_EQ(budget["counted"], "shared");
+    const json balance = json::parse(h->call("GET", "/user/balance", key).body);
+    EXPECT_EQ(balance["balance_infos"][0]["total_balance"], billing::usdCents(Int128{limit} - spent_a - spent_b));
+    const json team = json::parse(h->call("GET", "/admin/budgets/teams/team-a", h->adminKey()).body);
+    EXPECT_EQ(team["status"]["spent"], both) << team;
+    EXPECT_EQ(team["status"]["counted"], "shared");
+    const json list = json::parse(h->call("GET", "/admin/budgets", h->adminKey()).body);
+    ASSERT_FALSE(list["data"].empty()) << list;
+    for (const json& row : list["data"]) EXPECT_EQ(row["status"]["spent"], both) << row;
+    const json overview = overviewOf(*h, key);
+    EXPECT_EQ(overview["budget"]["spent"], both);
+    EXPECT_EQ(overview["keys"][0]["budget"]["spent"], both);
+  }
+  // Each replica's own count, all the views had before.
+  EXPECT_EQ(a_->server().budgets().statusOf(billing::BudgetScope::kTeam, "team-a", unixSeconds())->spent, spent_a);
+
+  // Redis away: this replica's own count, marked; no balance it cannot know.
+  redis_->stop();
+  const json away = json::parse(a_->call("GET", "/v1/usage", key_a_).body)["budget"];
+  EXPECT_EQ(away["spent"], billing::usd(spent_a));
+  EXPECT_EQ(away["counted"], "replica_only");
+  auto balance = b_->call("GET", "/user/balance", key_b_);
+  EXPECT_EQ(balance.status, 503) << balance.body;
+  EXPECT_EQ(json::parse(balance.body)["error"]["code"], "budget_store_unavailable");
+  EXPECT_TRUE(balance.header("retry-after").has_value());
+  const json team = json::parse(b_->call("GET", "/admin/budgets/teams/team-a", b_->adminKey()).body);
+  EXPECT_EQ(team["status"]["spent"], billing::usd(spent_b));
+  EXPECT_EQ(team["status"]["counted"], "replica_only");
+
+  // Back, empty (as after FLUSHALL): not seeded, so spent is the spend
+  // source's, each replica's own ledger without PostgreSQL, named so.
+  std::string error;
+  ASSERT_TRUE(redis_->start(&error)) << error;
+  std::this_thread::sleep_for(200ms);
+  const json back = json::parse(b_->call("GET", "/v1/usage", key_b_).body)["budget"];
+  EXPECT_EQ(back["spent"], billing::usd(spent_b));
+  EXPECT_EQ(back["counted"], "replica_ledger");
+  EXPECT_EQ(b_->call("GET", "/user/balance", key_b_).status, 200);
 }
 
 }  // namespace
