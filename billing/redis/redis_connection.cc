@@ -357,7 +357,7 @@ Result<std::vector<RedisReply>> RedisConnection::pipeline(const std::vector<Redi
 
 int RedisConnection::fd() const { return ctx_ == nullptr ? -1 : ctx_->fd; }
 
-bool RedisConnection::write(const RedisCommand& command) {
+bool RedisConnection::append(const RedisCommand& command) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   argv.reserve(command.size());
@@ -366,7 +366,10 @@ bool RedisConnection::write(const RedisCommand& command) {
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) return false;
+  return redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) == REDIS_OK;
+}
+
+bool RedisConnection::writeOut() {
   const SigpipeBlocked no_sigpipe;
   // The socket blocks, bounded by command_timeout_ms (SO_SNDTIMEO): a write
   // returns once the kernel took the bytes, long before the reply.
@@ -387,20 +390,30 @@ void RedisConnection::failAwaited(std::vector<Token>& lost) {
 }
 
 Status RedisConnection::send(const RedisCommand& command, Token token, std::vector<Token>& lost) {
+  std::vector<Outgoing> one;
+  one.push_back({token, command});
+  return send(std::move(one), lost);
+}
+
+Status RedisConnection::send(std::vector<Outgoing> batch, std::vector<Token>& lost) {
+  if (batch.empty()) return Status::ok();
   if (ctx_ == nullptr) {
-    if (coolingDown()) {
-      lost.push_back(token);
-      return unavailable("Redis: unreachable, next attempt in " + std::to_string(retryIn().count()) + " ms");
-    }
-    if (Status s = connect(); !s.isOk()) {
-      retry_at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_ms);
-      lost.push_back(token);
+    Status s = coolingDown()
+                   ? unavailable("Redis: unreachable, next attempt in " + std::to_string(retryIn().count()) + " ms")
+                   : connect();
+    if (!s.isOk()) {
+      if (!coolingDown()) retry_at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_ms);
+      for (const Outgoing& o : batch) lost.push_back(o.token);
       return s;
     }
   }
   if (awaited_.empty()) last_progress_ = std::chrono::steady_clock::now();
-  awaited_.push_back({token, command, false, false});
-  if (!write(command)) {
+  bool ok = true;
+  for (Outgoing& o : batch) {
+    ok = ok && append(o.command);
+    awaited_.push_back({o.token, std::move(o.command), false, false});
+  }
+  if (!ok || !writeOut()) {
     Status s = unavailable(std::string("Redis: a write failed: ") + ctx_->errstr);
     failAwaited(lost);
     return s;

@@ -117,6 +117,13 @@ class RedisConnection {
   // down, connecting failed, the write failed): the connection is dropped,
   // and `lost` gets the tokens of every command awaited, this one included.
   Status send(const RedisCommand& command, Token token, std::vector<Token>& lost);
+  // The same for several commands, written together (one system call when
+  // the socket takes them all).
+  struct Outgoing {
+    Token token;
+    RedisCommand command;
+  };
+  Status send(std::vector<Outgoing> batch, std::vector<Token>& lost);
   // The socket to wait on for replies; -1 when not connected.
   int fd() const;
   size_t awaited() const { return awaited_.size(); }
@@ -148,8 +155,10 @@ class RedisConnection {
   // server's end of an old connection (EOF, reset), worth one retry.
   Result<std::vector<RedisReply>> exchange(const std::vector<RedisCommand>& commands, bool* stale);
   const RedisScript* scriptBySha(std::string_view sha) const;
-  // Appends a command to the output buffer and writes it out.
-  bool write(const RedisCommand& command);
+  // Appends a command to the output buffer; writes the buffer out.
+  bool append(const RedisCommand& command);
+  bool writeOut();
+  bool write(const RedisCommand& command) { return append(command) && writeOut(); }
   // The connection failed: dropped, cooling down, every awaited token lost.
   void failAwaited(std::vector<Token>& lost);
 

@@ -245,6 +245,7 @@ void RedisLimits::releaseReservation(const BudgetReservation& r) {
     }
   }
   const std::string& team = r.team();
+  bool first = false;
   Op op{Op::Kind::kRelease,
         scripts_->release.call({keys_->reservation(team, r.requestId()), keys_->held(team, BudgetScope::kKey, r.keyId()),
                                 keys_->heldSum(team, BudgetScope::kKey, r.keyId()),
@@ -256,9 +257,9 @@ void RedisLimits::releaseReservation(const BudgetReservation& r) {
     // queue full), the reservation lasts until its TTL.
     std::lock_guard lock(mu_);
     live_.erase(r.requestId());
-    queueLocked(std::move(op));
+    queueLocked(std::move(op), &first);
   }
-  wake();
+  if (first) wake();
 }
 
 void RedisLimits::committed(const LedgerEntry& entry) {
@@ -279,19 +280,23 @@ void RedisLimits::committed(const LedgerEntry& entry) {
   }
   Op op{Op::Kind::kSettle, scripts_->settle.call(keys, {entry.request_id, std::to_string(cost),
                                                         std::to_string(options_.reservation_ttl.count())})};
+  bool first = false;
   {
     std::lock_guard lock(mu_);
-    if (queueLocked(std::move(op))) {
+    if (queueLocked(std::move(op), &first)) {
       if (live_.count(entry.request_id) > 0) settling_.insert(entry.request_id);
     } else {
       reseed_.emplace(team, entry.key_id);
+      first = true;  // the deletion waits for nothing
     }
   }
-  wake();
+  if (first) wake();
 }
 
-bool RedisLimits::queueLocked(Op op) {
+bool RedisLimits::queueLocked(Op op, bool* first) {
   if (ops_.size() + ops_in_flight_ < options_.max_queued_operations) {
+    *first = ops_.empty();
+    if (*first) ops_since_ = Clock::now();
     ops_.push_back(std::move(op));
     return true;
   }
@@ -307,16 +312,18 @@ bool RedisLimits::queueLocked(Op op) {
 }
 
 void RedisLimits::enqueue(Op op) {
+  bool first = false;
   {
     std::lock_guard lock(mu_);
-    queueLocked(std::move(op));
+    queueLocked(std::move(op), &first);
   }
-  wake();
+  if (first) wake();
 }
 
 bool RedisLimits::flush(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   ops_retry_at_ = {};  // now, if Redis is back
+  ops_now_ = true;
   wake();
   return flushed_.wait_for(lock, timeout, [&] {
     return ops_.empty() && ops_in_flight_ == 0 && reseed_.empty() && reseeding_.empty();
@@ -364,7 +371,9 @@ void RedisLimits::run() {
     const auto now = Clock::now();
     auto until = shutdown_until ? *shutdown_until : Clock::time_point::max();
     if (every.count() > 0 && !shutdown_until) until = std::min(until, next_refresh_);
-    if (!ops_.empty()) until = std::min(until, std::max(now, ops_retry_at_));
+    if (!ops_.empty()) {
+      until = std::min(until, std::max({now, ops_retry_at_, ops_now_ ? now : ops_since_ + options_.operation_delay}));
+    }
     if (conn_->awaited() > 0) until = std::min(until, conn_->lastProgress() + command_timeout);
     lock.unlock();
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn_->awaited() > 0 ? conn_->fd() : -1, POLLIN, 0}};
@@ -428,30 +437,39 @@ void RedisLimits::run() {
 }
 
 void RedisLimits::sendQueued(std::unique_lock<std::mutex>& lock, bool refresh) {
+  const auto now = Clock::now();
   std::vector<std::unique_ptr<Job>> jobs;
   while (!jobs_.empty()) {
     jobs.push_back(std::move(jobs_.front()));
     jobs_.pop_front();
   }
+  // Operations go with admissions, or once the first has waited its delay.
   std::vector<Op> ops;
-  if (Clock::now() >= ops_retry_at_) {
+  const bool ops_due = !jobs.empty() || ops_now_ || stopping_ || ops_.size() >= kMaxBatch ||
+                       now >= ops_since_ + options_.operation_delay;
+  if (now >= ops_retry_at_ && ops_due) {
     while (!ops_.empty() && ops.size() < kMaxBatch) {
       ops.push_back(std::move(ops_.front()));
       ops_.pop_front();
     }
+    if (ops_.empty()) {
+      ops_now_ = false;
+    } else {
+      ops_since_ = now;
+    }
   }
-  // Taken under the lock with the operations: a release queued after this
-  // is sent after the refresh, one queued before was taken above (and its
-  // request is no longer live), so a refresh never puts a released
-  // reservation back.
   // Spend that missed a dropped settlement: deleted before anything else is
   // sent, so the next admission seeds it from the ledger (one deletion per
   // key at a time; what is dropped meanwhile waits for the next).
   std::vector<RedisCommand> reseeds;
-  if (!reseed_.empty() && reseeding_.empty() && Clock::now() >= ops_retry_at_) {
+  if (!reseed_.empty() && reseeding_.empty() && now >= ops_retry_at_) {
     reseeding_.swap(reseed_);
     for (const auto& [team, key_id] : reseeding_) reseeds.push_back(reseedCommand(team, key_id));
   }
+  // Taken under the lock with the operations: a release queued after this
+  // is sent after the refresh, one queued before is taken now or later (and
+  // its request is no longer live), so a refresh never puts a released
+  // reservation back.
   std::vector<std::pair<std::string, Live>> live;
   if (refresh) live.assign(live_.begin(), live_.end());
   ops_in_flight_ += ops.size();
@@ -459,20 +477,23 @@ void RedisLimits::sendQueued(std::unique_lock<std::mutex>& lock, bool refresh) {
   if (ops_.empty()) overflow_logged_ = false;
   if (reseeds.empty() && ops.empty() && jobs.empty() && live.empty()) return;
   lock.unlock();
-  // Deletions first; operations, in their order; refreshes; admissions.
+  // One write: deletions first (before any admission reads that spend);
+  // admissions, whose replies someone waits for; refreshes; operations, in
+  // their order.
   reseeds_awaited_ += reseeds.size();
-  for (const RedisCommand& c : reseeds) send(Pending{Pending::Kind::kReseed, {}, nullptr}, c);
-  for (Op& op : ops) {
-    RedisCommand c = op.command;
-    send(Pending{Pending::Kind::kOp, std::move(op), nullptr}, c);
-  }
-  if (!live.empty()) {
-    for (const auto& [id, l] : live) send(Pending{Pending::Kind::kRefresh, {}, nullptr}, refreshCommand(id, l));
-  }
+  std::vector<std::pair<Pending, RedisCommand>> batch;
+  batch.reserve(reseeds.size() + jobs.size() + live.size() + ops.size());
+  for (RedisCommand& c : reseeds) batch.emplace_back(Pending{Pending::Kind::kReseed, {}, nullptr}, std::move(c));
   for (auto& job : jobs) {
     RedisCommand c = admitCommand(*job);
-    send(Pending{Pending::Kind::kJob, {}, std::move(job)}, c);
+    batch.emplace_back(Pending{Pending::Kind::kJob, {}, std::move(job)}, std::move(c));
   }
+  for (const auto& [id, l] : live) batch.emplace_back(Pending{Pending::Kind::kRefresh, {}, nullptr}, refreshCommand(id, l));
+  for (Op& op : ops) {
+    RedisCommand c = op.command;
+    batch.emplace_back(Pending{Pending::Kind::kOp, std::move(op), nullptr}, std::move(c));
+  }
+  sendBatch(std::move(batch));
   lock.lock();
 }
 
@@ -502,10 +523,21 @@ void RedisLimits::reseedDone(bool sent) {
 }
 
 void RedisLimits::send(Pending pending, const RedisCommand& command) {
-  const RedisConnection::Token token = next_token_++;
-  pending_.emplace(token, std::move(pending));
+  std::vector<std::pair<Pending, RedisCommand>> one;
+  one.emplace_back(std::move(pending), command);
+  sendBatch(std::move(one));
+}
+
+void RedisLimits::sendBatch(std::vector<std::pair<Pending, RedisCommand>> batch) {
+  std::vector<RedisConnection::Outgoing> out;
+  out.reserve(batch.size());
+  for (auto& [pending, command] : batch) {
+    const RedisConnection::Token token = next_token_++;
+    pending_.emplace(token, std::move(pending));
+    out.push_back({token, std::move(command)});
+  }
   std::vector<RedisConnection::Token> lost;
-  if (Status s = conn_->send(command, token, lost); !s.isOk()) onLost(lost, s);
+  if (Status s = conn_->send(std::move(out), lost); !s.isOk()) onLost(lost, s);
 }
 
 void RedisLimits::answer(std::unique_ptr<Job> job, LimitOutcome out) {

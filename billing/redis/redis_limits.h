@@ -90,6 +90,12 @@ struct RedisLimitsOptions {
   // from the ledger (which has the entry) instead of growing memory without
   // bound through a long outage.
   size_t max_queued_operations = 50'000;
+  // How long settlements, releases and give-backs may wait to be written
+  // with others (or with the next admission): none is urgent, since until
+  // it lands the reservation or the tokens still count (a refusal can come
+  // sooner, never later), and writing them together saves Redis and this
+  // replica a wake-up each.
+  std::chrono::milliseconds operation_delay{2};
   // At shutdown, queued settlements are sent for at most this long.
   std::chrono::milliseconds shutdown_flush{2000};
   std::function<int64_t()> clock_s;  // Unix seconds (the windows); empty: the system clock
@@ -166,6 +172,8 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
   // `refresh`, then admissions), unlocking while it writes.
   void sendQueued(std::unique_lock<std::mutex>& lock, bool refresh);
   void send(Pending pending, const RedisCommand& command);
+  // Registers what `batch` awaits and writes it in one go.
+  void sendBatch(std::vector<std::pair<Pending, RedisCommand>> batch);
   void onReply(RedisConnection::Token token, const RedisReply& reply);
   // The connection failed with these awaited: admissions are decided
   // without Redis, operations go back to the front of the queue.
@@ -181,8 +189,9 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
   // for the same period at once after a flush).
   std::optional<LimitOutcome> decided(Job& job, const RedisReply& reply,
                                       std::unordered_map<std::string, std::string>& seeds);
-  // Queues an operation, or drops it (false) when the queue is full.
-  bool queueLocked(Op op);
+  // Queues an operation, or drops it (false) when the queue is full;
+  // *first: the queue was empty (the thread must learn when to send it).
+  bool queueLocked(Op op, bool* first);
   void enqueue(Op op);
   void setState(RedisState s, const Status& why);
   void count(Outcome o) { outcomes_[o].fetch_add(1, std::memory_order_relaxed); }
@@ -226,6 +235,8 @@ class RedisLimits final : public AdmissionLimits, public ReservationHolder, publ
   std::set<std::pair<std::string, std::string>> reseeding_;   // guarded by mu_; their deletions sent, not yet answered
   size_t reseeds_awaited_ = 0;                                 // the thread's
   bool overflow_logged_ = false;                    // guarded by mu_
+  std::chrono::steady_clock::time_point ops_since_{};  // guarded by mu_: when ops_ last became non-empty
+  bool ops_now_ = false;                            // guarded by mu_: flush() asked for them
   bool stopping_ = false;                           // guarded by mu_
   std::chrono::steady_clock::time_point ops_retry_at_{};  // guarded by mu_
   std::chrono::steady_clock::time_point next_refresh_{};  // guarded by mu_
