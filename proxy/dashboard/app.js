@@ -419,6 +419,10 @@
   function limitsCell(l) {
     const td = el('td', { class: 'num limits', 'data-testid': 'key-limits' });
     if (!l) return td.append('–'), td;
+    if (l.shared) {
+      return td.append(el('span', { class: 'muted', title: 'Counted in Redis by every replica together (limits.redis_url)',
+                                    text: 'shared by replicas' })), td;
+    }
     if (!l.requests && !l.tokens) return td.append(el('span', { class: 'muted', text: 'unlimited' })), td;
     const part = (s, unit) => el('span', { title: s ? int(s.remaining) + ' of ' + int(s.limit) + ' ' + unit + ' per minute' : '',
                                            text: s ? compact.format(s.remaining) + ' of ' + compact.format(s.limit) + ' ' + unit

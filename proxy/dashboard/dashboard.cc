@@ -512,7 +512,9 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
     row["created"] = live ? json(it->second->created_unix) : json(nullptr);
     const auto budget = key_budgets.find(r.group);
     row["budget"] = budgetOrNull(live && budget != key_budgets.end() ? budget->second : std::nullopt);
-    if (live && rate_limiter_ != nullptr) {
+    if (live && options_.rate_limits_shared) {
+      row["rate_limits"] = json{{"shared", true}};
+    } else if (live && rate_limiter_ != nullptr) {
       const billing::RateLimiter::Remaining left = rate_limiter_->peek(r.group, r.team);
       row["rate_limits"] = json{{"requests", limitStateJson(left.requests)}, {"tokens", limitStateJson(left.tokens)}};
     } else {

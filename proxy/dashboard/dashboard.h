@@ -60,6 +60,10 @@ struct DashboardOptions {
   size_t recent_limit = 50;              // ledger entries in "recent"
   size_t recent_max_examined = 10'000;   // the reverse scan's bound (a team's entries among everyone's)
   size_t top_system_prompts = 20;
+  // limits.redis_url: the per-minute limits are counted in Redis by every
+  // replica together, and this replica's buckets (rate_limiter) are not the
+  // ones admission uses; the keys' rows say so instead of showing them.
+  bool rate_limits_shared = false;
   // Unix microseconds now; null: the system clock (tests move it to expire sessions).
   std::function<int64_t()> clock_us;
 };

@@ -360,6 +360,7 @@ Status Server::Parts::build() {
   dashboard_options.max_sessions_per_key = static_cast<size_t>(config.server.dashboard_sessions_per_key);
   dashboard_options.sign_in_failures_per_minute = config.server.dashboard_sign_in_failures_per_minute;
   dashboard_options.sign_ins_per_key_per_minute = config.server.dashboard_sign_ins_per_key_per_minute;
+  dashboard_options.rate_limits_shared = redis_limits != nullptr;
   dashboard = std::make_unique<Dashboard>(*reads, *keys, *admission, budget_view, rate_limiter.get(),
                                           DashboardMemorySources{scheduler.get(), engine.cache, memory},
                                           dashboard_options);

@@ -169,6 +169,8 @@ TEST_F(SharedLimitsTest, BudgetViewsShowWhatEveryReplicaSpent) {
     const json overview = overviewOf(*h, key);
     EXPECT_EQ(overview["budget"]["spent"], both);
     EXPECT_EQ(overview["keys"][0]["budget"]["spent"], both);
+    // Its per-minute limits are Redis's, not this replica's buckets.
+    EXPECT_EQ(overview["keys"][0]["rate_limits"], json({{"shared", true}})) << overview["keys"][0].dump();
   }
   // Each replica's own count, all the views had before.
   EXPECT_EQ(a_->server().budgets().statusOf(billing::BudgetScope::kTeam, "team-a", unixSeconds())->spent, spent_a);
