@@ -14,6 +14,8 @@ packages=(
   chromium libnss3-tools     # e2e_dashboard: the dashboard in headless Chromium, the local CA trusted through certutil
   libpq-dev libpqxx-dev libhiredis-dev  # billing/postgres (the ledger of record), Redis clients (docs/dependencies.md)
   postgresql redis-server    # tests start private instances of both (tests/support/); no service is started or used
+  libzmq3-dev                # cache/kv_events: vLLM-format KV events over ZMQ PUB and ROUTER sockets
+  python3-zmq python3-msgpack python3-cbor2  # kv_events_test: an independent subscriber and llm-d's key computation
   ${LG_EXTRA_PACKAGES:-}
 )
 
