@@ -372,7 +372,10 @@ Status Server::Parts::build() {
                                           dashboard_options);
 
   // Each part registers its own metric families; /metrics only collects.
-  serving::addEngineCollectors(registry, *scheduler, engine.cache, memory);
+  // vLLM's names for the load and the pool, for routers: block_size is the
+  // pool's page, which cache.block_tokens sets (and the cache's blocks are).
+  serving::addEngineCollectors(registry, *scheduler, engine.cache, memory,
+                               serving::VllmFacts{engine.model_id, engine.backend->latentLayout().block_tokens});
   registry.add([this](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
   if (drain) registry.add([this](metrics::ExpositionWriter& w) { drain->collect(w); });
