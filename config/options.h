@@ -55,9 +55,10 @@ struct ServerOptions {
   int reserved_connections = 64;          // top slots for requests with valid credentials (at most max_connections/4)
   int pressure_idle_timeout_ms = 2000;    // idle wait of unauthenticated connections once 3/4 of max_connections are open
   // A bearer token that may read GET /metrics besides the admin key
-  // (LATENTGATE_SERVER_METRICS_TOKEN), for a Prometheus scraper that should
-  // not hold the admin key; empty: the admin key only. A secret: at least 16
-  // characters, never shown by `latentgate config`.
+  // (LATENTGATE_SERVER_METRICS_TOKEN), for a Prometheus scraper or a router
+  // that should not hold the admin key; it may also call the render routes
+  // (token ids only: no tenant's data). Empty: the admin key only. A secret:
+  // at least 16 characters, never shown by `latentgate config`.
   std::string metrics_token;
 };
 
