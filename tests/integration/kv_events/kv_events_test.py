@@ -96,7 +96,7 @@ def free_port():
 
 
 class Replica:
-    def __init__(self, index, binary, admin_key, encoding, cache=None):
+    def __init__(self, index, binary, admin_key, encoding, cache=None, bind=True):
         self.index = index
         self.name = "r%d" % index
         self.binary = binary
@@ -112,6 +112,7 @@ class Replica:
         self.log_offset = 0
         self.keys = {}  # team -> API key
         self.cache = cache or {}  # more cache options
+        self.bind = bind  # kv_events.bind; None: absent (vLLM's rule: no '*' in the endpoint, so connect)
 
     @property
     def pub(self):
@@ -132,13 +133,12 @@ class Replica:
             "log": {"level": "info"},
             "engine": {"threads": 1, "max_context": 4096},
             "server": {"listen": "127.0.0.1:%d" % self.port, "io_threads": 1},
-            "cache": dict(self.cache, kv_events={
+            "cache": dict(self.cache, kv_events=dict({
                 "endpoint": self.pub,
-                "bind": True,
                 "replay_endpoint": self.replay,
                 "encoding": self.encoding,
                 "reannounce_interval_ms": REANNOUNCE_MS,
-            }),
+            }, **({} if self.bind is None else {"bind": self.bind}))),
         }
 
     def start(self):
@@ -270,6 +270,32 @@ def blocks_of(feed):
     return out
 
 
+def block_contexts(feed, into=None):
+    """Every (parent, tokens) each block hash was announced with, over a feed's whole log
+    (restarts split it: a hash may come back after AllBlocksCleared, with the same context)."""
+    out = {} if into is None else into
+    for _, msg, _ in feed.log:
+        for e in msg.batch.events:
+            if e.type != "BlockStored" or len(e.token_ids) != BLOCK * len(e.block_hashes):
+                continue
+            parent = e.parent_block_hash
+            for i, h in enumerate(e.block_hashes):
+                out.setdefault(h, set()).add((parent, tuple(e.token_ids[i * BLOCK:(i + 1) * BLOCK])))
+                parent = h
+    return out
+
+
+def check_block_identity(feeds, what):
+    """A block hash names one block: its parent and tokens never change, whoever announces it
+    (a live publish, a restore, the disk writer, a re-announcement). A block re-announced as a
+    root while its parent exists would map to another llm-d request key than before."""
+    for f in feeds:
+        ctx = block_contexts(f)
+        bad = {h: sorted((p, len(t)) for p, t in v) for h, v in ctx.items() if len(v) > 1}
+        check(not bad, "%s %s: each of %d block hashes always comes with the same parent and tokens"
+              % (what, f.name, len(ctx)), "hash -> (parent, n tokens): %s" % list(bad.items())[:3])
+
+
 def chains_covering(blocks, ids):
     """Chains of announced blocks (from a nil parent) whose tokens are ids' leading blocks.
     Returns (depth, [hash tuples of that depth])."""
@@ -346,7 +372,9 @@ def run(binary, keep):
     # blocks in tier 0 (evictions: BlockRemoved CPU) and always restores from disk.
     r2_cache = {"write_through_hits": 0, "tier0_budget_bytes": R2_TIER0_BLOCKS * DEMO_BLOCK_BYTES,
                 "restore_policy": "always"}
-    replicas = [Replica(0, binary, admin, "array"), Replica(1, binary, admin, "array"),
+    # r1 has no "bind": by vLLM's rule its PUB connects to tcp://127.0.0.1:port, where the
+    # first subscriber binds (llm-d's central mode); the late subscriber reads r0 and r2.
+    replicas = [Replica(0, binary, admin, "array"), Replica(1, binary, admin, "array", bind=None),
                 Replica(2, binary, admin, "map", r2_cache)]
     sub = late = None
     try:
@@ -371,7 +399,7 @@ def run(binary, keep):
 
         # --- the first subscriber, joined before any traffic; with catch-up, seq 0 comes by replay.
         index = L.Index()
-        feeds = [L.Feed(r.name, r.pub, r.replay, r.encoding) for r in replicas]
+        feeds = [L.Feed(r.name, r.pub, r.replay, r.encoding, bind=r.bind is None) for r in replicas]
         sub = L.Subscriber(index, feeds, catch_up=True, contract={}).start()
         by_name = {f.name: f for f in feeds}
         names = [r.name for r in replicas]
@@ -492,22 +520,36 @@ def run(binary, keep):
 
         # --- the late subscriber: no replay, only re-announcement.
         late_index = L.Index()
-        late_feeds = [L.Feed(r.name, r.pub, None, r.encoding) for r in replicas]
+        late_feeds = [L.Feed(r.name, r.pub, None, r.encoding) for r in replicas if r.bind]
+        late_names = [f.name for f in late_feeds]
         late = L.Subscriber(late_index, late_feeds, catch_up=False, contract={}).start()
         prompts = {n: v[0] for n, v in scored.items()}
         prompts.update(first_ids)
         t = time.monotonic()
 
+        def main_view(p):
+            return {k: v for k, v in index.longest_prefix(p, MODEL, names).items() if k in late_names}
+
         def late_agrees():
-            return all(late_index.longest_prefix(p, MODEL, names) == index.longest_prefix(p, MODEL, names)
-                       for p in prompts.values())
+            return all(late_index.longest_prefix(p, MODEL, late_names) == main_view(p) for p in prompts.values())
         agreed = late.wait_for(late_agrees, 4 * REANNOUNCE_MS / 1000 + 5)
-        check(agreed, "late subscriber scores all %d earlier prompts as the first one does (%.2f s)"
-              % (len(prompts), time.monotonic() - t),
-              "; ".join("%s late %s vs %s" % (n, late_index.longest_prefix(p, MODEL, names),
-                                              index.longest_prefix(p, MODEL, names)) for n, p in prompts.items()))
+        check(agreed, "late subscriber to %s scores all %d earlier prompts as the first one does (%.2f s)"
+              % (late_names, len(prompts), time.monotonic() - t),
+              "; ".join("%s late %s vs %s" % (n, late_index.longest_prefix(p, MODEL, late_names), main_view(p))
+                        for n, p in prompts.items()))
         late.wait_for(lambda: False, REANNOUNCE_MS / 1000 * 1.5)  # at least one more full round
         late.stop()
+        with index.lock:
+            main_ctx = {}
+            for f in feeds:
+                if f.name in late_names:
+                    block_contexts(f, main_ctx)
+        for f in late_feeds:
+            late_ctx = block_contexts(f)
+            differ = [h for h, v in late_ctx.items() if not v <= main_ctx.get(h, set())]
+            check(not differ, "%s late stream: its %d re-announced blocks have the parents and tokens first announced"
+                  % (f.name, len(late_ctx)), "%d differ, e.g. %s" % (len(differ), differ[:3]))
+        check_block_identity(late_feeds, "late")
         for f in late_feeds:
             # The stream may begin in the middle of a re-announcement round (a round may take
             # several batches): orphans are allowed in the first round only, the batches whose
@@ -622,6 +664,7 @@ def run(binary, keep):
                     n_ev, n_blocks = kinds.get(key, (0, 0))
                     kinds[key] = (n_ev + 1, n_blocks + len(e.fields.get("block_hashes") or ()))
             totals[f.name] = kinds
+        check_block_identity(feeds, "live")
         check(by_name["r2"].log and all(e.encoding == "map" for _, m, _ in by_name["r2"].log for e in m.batch.events),
               "r2's events are all in vLLM's map form")
         log("[events, blocks] per replica: %s" % json.dumps(totals))
