@@ -201,6 +201,23 @@ class Replica:
         finally:
             conn.close()
 
+    def metrics(self):
+        """GET /metrics: {(name, labels text): value}."""
+        st, body = self.call("GET", "/metrics", self.admin_key)
+        if st != 200 or not isinstance(body, str):
+            raise RuntimeError("%s: GET /metrics %s" % (self.name, st))
+        out = {}
+        for line in body.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            head, _, value = line.rpartition(" ")
+            name, _, labels = head.partition("{")
+            try:
+                out[(name, labels.rstrip("}"))] = float(value)
+            except ValueError:
+                pass
+        return out
+
     def make_key(self, team):
         st, j = self.call("POST", "/admin/keys", self.admin_key, {"team": team, "name": "kv-" + team})
         if st != 200 or not isinstance(j, dict) or "key" not in j:
@@ -645,6 +662,21 @@ def run(binary, keep):
               % (u["cached"], full), str(index.longest_prefix(ids, MODEL, names)))
         check(index.longest_prefix(first_ids["c1s"], MODEL, names)["r1"] == 0,
               "after the restart, the index no longer credits r1 with c1s's blocks")
+
+        # --- the publisher's own counters: nothing dropped, every batch it counts reached us.
+        for r in replicas:
+            m = r.metrics()
+            dropped = m.get(("latentgate_kv_events_dropped_total", ""))
+            batches = m.get(("latentgate_kv_events_batches_total", ""))
+            check(dropped == 0, "%s: latentgate_kv_events_dropped_total is 0 (%s)" % (r.name, dropped))
+            f = by_name[r.name]
+            reached = batches is not None and sub.wait_for(lambda: f.last_seq is not None and f.last_seq + 1 >= batches, 5)
+            check(reached, "%s: the subscriber reached seq %s, latentgate_kv_events_batches_total - 1"
+                  % (r.name, None if batches is None else int(batches) - 1), "last seq %s" % f.last_seq)
+            names_present = {n for (n, _) in m}
+            missing = [n for n in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+                                   "vllm:cache_config_info") if n not in names_present]
+            check(not missing, "%s: /metrics has vLLM's names for routers" % r.name, "missing %s" % missing, soft=True)
 
         # --- every live message, every seq.
         sub.wait_for(lambda: False, 0.3)
