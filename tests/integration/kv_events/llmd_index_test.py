@@ -411,6 +411,44 @@ class SubscriberAndReplay(unittest.TestCase):
         finally:
             pub.close()
 
+    def test_replay_cli(self):
+        pub = MockPublisher(self.pub_ep, self.rep_ep, encoding="map")
+        try:
+            pub.publish([stored([1], None, self.toks[:64])])
+            out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                               "llmd_index.py"), "replay", self.rep_ep, "--encoding", "map"],
+                                 capture_output=True, text=True, timeout=30)
+            lines = [json.loads(x) for x in out.stdout.splitlines()]
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertEqual([x.get("seq") for x in lines[:-1]], [0, 1])
+            self.assertEqual(lines[1]["events"][0]["block_hashes"], [1])
+            self.assertEqual(lines[-1], {"messages": 2, "ended": True, "invalid": 0})
+        finally:
+            pub.close()
+
+    def test_central_mode(self):
+        # The subscriber binds and the publisher connects (vLLM's rule for an endpoint without '*').
+        ix = L.Index()
+        feed = L.Feed("p0", self.pub_ep, None, "array", bind=True)
+        sub = L.Subscriber(ix, [feed]).start()
+        ctx = zmq.Context.instance()
+        pub = ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        pub.connect(self.pub_ep)
+        try:
+            seq = [0]
+
+            def send():
+                pub.send_multipart([b"kv@10.0.0.1:8000@demo", seq[0].to_bytes(8, "big"),
+                                    batch([stored([seq[0] + 1], seq[0] or None, self.toks[:64])])])
+                seq[0] += 1
+                return feed.received > 0
+            self.assertTrue(until(send, 5))
+            self.assertEqual((feed.pod_id, feed.errors), ("10.0.0.1:8000", []))
+        finally:
+            sub.stop()
+            pub.close(0)
+
     def test_live_stream_restart_and_catch_up(self):
         pub = MockPublisher(self.pub_ep, self.rep_ep)
         ix = L.Index()
