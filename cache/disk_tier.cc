@@ -661,7 +661,8 @@ void DiskTier::noteWriteSuccess() {
 
 // --- writes -------------------------------------------------------------------------
 
-Status DiskTier::putBatch(std::span<const std::pair<Digest, std::string>> blocks, std::span<const Digest> ns_tags) {
+Status DiskTier::putBatch(std::span<const std::pair<Digest, std::string>> blocks, std::span<const Digest> ns_tags,
+                          const std::function<void(size_t)>& on_stored) {
   if (blocks.empty()) return Status::ok();
   if (!ns_tags.empty() && ns_tags.size() != blocks.size()) {
     return invalidArgument("putBatch: " + std::to_string(ns_tags.size()) + " namespace tags for " +
@@ -711,6 +712,7 @@ Status DiskTier::putBatch(std::span<const std::pair<Digest, std::string>> blocks
       it->second = Entry{stamps[i], value.size(), tagOf(i)};
     }
     total_bytes_ += value.size();
+    if (on_stored) on_stored(i);
   }
   return Status::ok();
 }
@@ -731,6 +733,7 @@ void DiskTier::eraseLocked(const Digest& key) {
   if (it == entries_.end()) return;
   total_bytes_ -= it->second.bytes;
   entries_.erase(it);
+  if (BlockEventSink* events = events_.load(std::memory_order_acquire)) events->blockRemoved(BlockTier::kDisk, key);
 }
 
 void DiskTier::remove(const Digest& key) {

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/block_events.h"
 #include "cache/fingerprint.h"
 #include "common/status.h"
 
@@ -145,7 +147,11 @@ class DiskTier {
   // due yet (see the top of this file); nothing is stored then.
   // `ns_tags` (empty, or one per block) are the blocks' namespace tags,
   // kept beside them so that purge() finds a namespace's blocks.
-  Status putBatch(std::span<const std::pair<Digest, std::string>> blocks, std::span<const Digest> ns_tags = {});
+  // `on_stored(i)` runs for each block once it is stored, under the lock
+  // that also orders removals, so that a sink (setBlockEvents) hears of a
+  // block's storing before its removal.
+  Status putBatch(std::span<const std::pair<Digest, std::string>> blocks, std::span<const Digest> ns_tags = {},
+                  const std::function<void(size_t)>& on_stored = {});
   // Deletes every block stored under the namespace tag `ns_tag` (its first
   // 16 bytes are compared); returns how many. Unavailable while the store
   // cannot be written (nothing is forgotten then). The space returns when
@@ -157,6 +163,12 @@ class DiskTier {
   void remove(const Digest& key);
 
   bool contains(const Digest& key) const;
+
+  // Told of every block the store forgets (evicted, expired, purged,
+  // rejected); storing is reported through putBatch's on_stored. Null: no
+  // one. Set before blocks are written, cleared before the sink goes.
+  void setBlockEvents(BlockEventSink* sink) { events_.store(sink, std::memory_order_release); }
+  BlockEventSink* blockEvents() const { return events_.load(std::memory_order_acquire); }
 
   // Drops expired blocks, persists pending access times and, when the store
   // occupies more than the byte cap, deletes set-aside stores, evicts least
@@ -251,6 +263,7 @@ class DiskTier {
 
   std::atomic<uint64_t> occupied_{0};
   std::atomic<uint64_t> evicted_{0}, reclaims_{0}, removed_corrupt_{0};
+  std::atomic<BlockEventSink*> events_{nullptr};
   std::atomic<uint64_t> read_errors_{0};
   std::atomic<uint64_t> write_failures_{0}, refused_writes_{0}, episodes_{0}, recoveries_{0};
   bool recovered_ = false;

@@ -111,12 +111,15 @@ void PrefixCache::touchLocked(Entry& e, const Digest& key) {
   e.lru = lru_.begin();
 }
 
-void PrefixCache::insertReadyLocked(const Digest& key, Entry& e, BlockId block) {
+void PrefixCache::insertReadyLocked(const Digest& key, Entry& e, BlockId block, const Digest* parent) {
   const bool was_claim = e.state == State::kInFlight;
   if (was_claim) --in_flight_;
   e.state = State::kReady;
   e.block = block;
   e.owner = 0;
+  e.has_parent = parent != nullptr;
+  e.parent = parent != nullptr ? *parent : Digest{};
+  if (BlockEventSink* events = events_.load(std::memory_order_acquire)) events->blockStored(BlockTier::kPool, key, parent, e.ids);
   allocator_.retain(block);
   if (index_refs_[static_cast<size_t>(block)]++ == 0) ++indexed_blocks_;
   lru_.push_front(key);
@@ -140,6 +143,7 @@ void PrefixCache::eraseLocked(Index::iterator it) {
   } else {
     lru_.erase(e.lru);
     dropIndexRefLocked(e.block);
+    if (BlockEventSink* events = events_.load(std::memory_order_acquire)) events->blockRemoved(BlockTier::kPool, key);
   }
   index_.erase(it);
   if (was_claim) resumeWaitersLocked(key);
@@ -167,7 +171,8 @@ std::vector<PrefixCache::Victim> PrefixCache::evictLocked(int32_t blocks_to_free
       continue;
     }
     if (index_refs_[static_cast<size_t>(e.block)] == 1) ++freed;
-    victims.push_back(Victim{eit->first, e.ns_tag, std::move(e.ids), e.block, writer_ != nullptr && !e.on_disk});
+    victims.push_back(Victim{eit->first, e.ns_tag, std::move(e.ids), e.block, writer_ != nullptr && !e.on_disk,
+                             e.parent, e.has_parent});
     eraseLocked(eit);  // erases *cur; `it` stays valid
   }
   return victims;
@@ -182,7 +187,7 @@ void PrefixCache::finishEviction(std::vector<Victim>& victims) {
   const bool write = !stale();
   for (Victim& v : victims) {
     if (v.write_back && write) {
-      WriteBackItem item{v.key, v.ns_tag, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
+      WriteBackItem item = std::move(v).item(block_bytes_);
       if (pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk()) {
         (void)writer_->tryPush(std::move(item));
       } else {

@@ -77,6 +77,7 @@
 #include <vector>
 
 #include "cache/block_codec.h"
+#include "cache/block_events.h"
 #include "cache/cache_secret.h"
 #include "cache/cache_stats.h"
 #include "cache/cost_model.h"
@@ -248,6 +249,15 @@ class PrefixCache final : public CacheMetricsSource {
   // writing them back; returns how many index entries were dropped.
   int32_t evictUnpinned(int32_t max_blocks);
 
+  // Routers' view (block_events.h): from now on `sink` hears of every block
+  // that becomes servable in tier 0 or on disk and of every one that stops
+  // being so. Null: no one. Clear it before the sink is destroyed.
+  void setBlockEvents(BlockEventSink* sink);
+  // Tells the sink again of every block servable in tier 0, a prompt's first
+  // blocks before the blocks after them, for subscribers that joined late.
+  // Returns how many blocks it told of.
+  size_t announceResident();
+
   CacheStats snapshot() const override;
   const CostModel& costModel() const { return cost_; }
   WriteBack* writerForTest() { return writer_.get(); }  // null without a disk tier
@@ -263,6 +273,8 @@ class PrefixCache final : public CacheMetricsSource {
     uint64_t owner = 0;          // kInFlight: the claiming lease
     std::vector<int32_t> ids;    // the block's tokens (the stored header needs them)
     Digest ns_tag;               // its namespace's tag (stored with it; purge finds it by this)
+    Digest parent;               // kReady: the block before it in its prompt, when has_parent
+    bool has_parent = false;     // (what block events report, and re-announce chains by)
     uint32_t hits = 0;
     bool on_disk = false;        // written or queued to the disk tier
     std::list<Digest>::iterator lru;
@@ -274,7 +286,17 @@ class PrefixCache final : public CacheMetricsSource {
     std::vector<int32_t> ids;
     engine::BlockId block = -1;
     bool write_back = false;
+    Digest parent;
+    bool has_parent = false;
+    // What the writer stores (the latents still to be exported into it).
+    WriteBackItem item(size_t block_bytes) && {
+      return WriteBackItem{key, ns_tag, std::move(ids), std::vector<uint8_t>(block_bytes), parent, has_parent};
+    }
   };
+  // A victim of the ready entry `e` (its ids copied; `e` stays as it is).
+  static Victim victimOf(const Digest& key, const Entry& e, bool write_back) {
+    return Victim{key, e.ns_tag, e.ids, e.block, write_back, e.parent, e.has_parent};
+  }
   // Buffers one restore task reads and decodes into, reused by later
   // restores so that a restore allocates nothing (disk_tier.h, ReadBuffers).
   struct RestoreScratch {
@@ -292,7 +314,8 @@ class PrefixCache final : public CacheMetricsSource {
 
   // --- prefix_cache.cc: the index and eviction; every *Locked method needs mu_.
   void touchLocked(Entry& e, const Digest& key);
-  void insertReadyLocked(const Digest& key, Entry& e, engine::BlockId block);
+  // `parent`: the block before it in its prompt (null for a prompt's first).
+  void insertReadyLocked(const Digest& key, Entry& e, engine::BlockId block, const Digest* parent);
   void eraseLocked(Index::iterator it);
   void dropIndexRefLocked(engine::BlockId block);
   bool pinnedLocked(engine::BlockId block) const;
@@ -376,6 +399,7 @@ class PrefixCache final : public CacheMetricsSource {
   std::chrono::milliseconds identity_interval_{0};  // guarded by mu_
   std::string stale_reason_;                      // guarded by mu_
   std::atomic<bool> stale_{false};                // set once, never cleared
+  std::atomic<BlockEventSink*> events_{nullptr};
 
   std::mutex scratch_mu_;
   std::vector<std::unique_ptr<RestoreScratch>> spare_scratch_;  // guarded by scratch_mu_

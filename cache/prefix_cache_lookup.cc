@@ -146,7 +146,7 @@ void PrefixCache::advance(const StatePtr& st) {
       ++e.hits;
       if (through_on_hit && !e.on_disk && e.hits >= static_cast<uint32_t>(options_.write_through_hits)) {
         e.on_disk = true;
-        write_through.push_back(Victim{key, e.ns_tag, e.ids, e.block, true});
+        write_through.push_back(victimOf(key, e, true));
       }
       ++s.next;
     }

@@ -30,7 +30,7 @@ Result<int32_t> PrefixCache::publishToNamespace(const TeamNamespace& from_ns, co
       e.ids = src->second.ids;
       e.ns_tag = to_tag;
       dst = index_.emplace(to[j], std::move(e)).first;
-      insertReadyLocked(to[j], dst->second, src->second.block);
+      insertReadyLocked(to[j], dst->second, src->second.block, j == 0 ? nullptr : &to[j - 1]);
     }
     ++published;
   }

@@ -44,7 +44,7 @@ Status PrefixCache::persistAll(bool flush_files) {
       if (e.state != State::kReady || e.on_disk) continue;
       e.on_disk = true;
       allocator_.retain(e.block);  // keeps it alive and unevictable while exported
-      pending.push_back(Victim{key, e.ns_tag, e.ids, e.block, true});
+      pending.push_back(victimOf(key, e, true));
     }
   }
   // Every block is exported, even after a failure, so that each reference
@@ -53,7 +53,7 @@ Status PrefixCache::persistAll(bool flush_files) {
   Status first_error;
   size_t queued = 0;
   for (Victim& v : pending) {
-    WriteBackItem item{v.key, v.ns_tag, std::move(v.ids), std::vector<uint8_t>(block_bytes_)};
+    WriteBackItem item = std::move(v).item(block_bytes_);
     Status s = pool_.exportBlocks(std::span(&v.block, 1), item.latents);
     allocator_.release(v.block);
     if (!s.isOk()) {

@@ -65,16 +65,17 @@ void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_
     for (int32_t j = s.published_upto; j < n; ++j) {
       const Digest& key = s.keys[static_cast<size_t>(j)];
       const BlockId block = blocks[static_cast<size_t>(j)];
+      const Digest* parent = j == 0 ? nullptr : &s.keys[static_cast<size_t>(j - 1)];
       auto it = index_.find(key);
       if (it == index_.end()) {
         Entry e;
         e.ids = s.blockIds(j);
         e.ns_tag = s.ns_tag;
         it = index_.emplace(key, std::move(e)).first;
-        insertReadyLocked(key, it->second, block);
+        insertReadyLocked(key, it->second, block, parent);
         counters_->published.fetch_add(1, std::memory_order_relaxed);
       } else if (it->second.state == State::kInFlight && it->second.owner == s.id) {
-        insertReadyLocked(key, it->second, block);
+        insertReadyLocked(key, it->second, block, parent);
         std::erase(s.claimed, j);
         counters_->published.fetch_add(1, std::memory_order_relaxed);
       } else {
@@ -82,7 +83,7 @@ void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_
       }
       if (through_now) {
         it->second.on_disk = true;
-        write_through.push_back(Victim{key, it->second.ns_tag, it->second.ids, block, true});
+        write_through.push_back(victimOf(key, it->second, true));
       }
     }
     for (int32_t k = n - 1; k >= 0; --k) {
@@ -99,7 +100,7 @@ void PrefixCache::publish(LeaseState& s, std::span<const BlockId> blocks, int32_
 void PrefixCache::writeThrough(const std::vector<Victim>& blocks) {
   if (stale()) return;
   for (const Victim& v : blocks) {
-    WriteBackItem item{v.key, v.ns_tag, v.ids, std::vector<uint8_t>(block_bytes_)};
+    WriteBackItem item = Victim(v).item(block_bytes_);
     const bool exported = pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk();
     if (!exported) counters_->export_errors.fetch_add(1, std::memory_order_relaxed);
     if (exported && writer_->tryPush(std::move(item))) {

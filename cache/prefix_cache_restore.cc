@@ -142,6 +142,7 @@ void PrefixCache::finishRestore(const std::shared_ptr<RestoreJob>& job) {
     for (size_t k = 0; k < ok; ++k) {
       const int32_t b = j.first_block + static_cast<int32_t>(k);
       const Digest& key = (*s.hit_keys)[static_cast<size_t>(b)];
+      const Digest* parent = b == 0 ? nullptr : &(*s.hit_keys)[static_cast<size_t>(b - 1)];
       BlockId block = j.blocks[k];
       auto it = index_.find(key);
       if (it == index_.end()) {
@@ -149,9 +150,9 @@ void PrefixCache::finishRestore(const std::shared_ptr<RestoreJob>& job) {
         e.ids = s.blockIds(b);
         e.ns_tag = s.hit_ns_tag;
         it = index_.emplace(key, std::move(e)).first;
-        insertReadyLocked(key, it->second, block);
+        insertReadyLocked(key, it->second, block, parent);
       } else if (it->second.state == State::kInFlight && it->second.owner == s.id) {
-        insertReadyLocked(key, it->second, block);
+        insertReadyLocked(key, it->second, block, parent);
         std::erase(s.claimed, b);
       } else if (it->second.state == State::kReady) {
         // Restored concurrently (through a shared namespace): keep one copy.

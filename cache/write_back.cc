@@ -102,6 +102,9 @@ void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
   values.reserve(batch.size());
   std::vector<Digest> tags;  // per value: its namespace tag (DiskTier::purge finds blocks by it)
   std::vector<Digest> failed;
+  // Per value: its item, which the disk tier's sink is told about once stored.
+  std::vector<const WriteBackItem*> encoded;
+  encoded.reserve(batch.size());
   std::vector<float> f32(geometry_.values());
   uint64_t bytes = 0;
   for (WriteBackItem& item : batch) {
@@ -116,9 +119,15 @@ void WriteBack::writeBatch(std::vector<WriteBackItem>& batch) {
     const BlockIdentity identity{item.key, model_, item.ns_tag, item.ids};
     values.emplace_back(item.key, encodeBlock(geometry_, identity, f32, options_.stored_dtype, *options_.secret));
     tags.push_back(item.ns_tag);
+    encoded.push_back(&item);
     bytes += values.back().second.size();
   }
-  Status s = disk_.putBatch(values, tags);
+  BlockEventSink* events = disk_.blockEvents();
+  auto announce = [&](size_t i) {
+    const WriteBackItem& item = *encoded[i];
+    events->blockStored(BlockTier::kDisk, item.key, item.has_parent ? &item.parent : nullptr, item.ids);
+  };
+  Status s = events != nullptr ? disk_.putBatch(values, tags, announce) : disk_.putBatch(values, tags);
   if (s.isOk()) {
     written_.fetch_add(values.size(), std::memory_order_relaxed);
     written_bytes_.fetch_add(bytes, std::memory_order_relaxed);

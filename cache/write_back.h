@@ -42,6 +42,10 @@ struct WriteBackItem {
   Digest ns_tag;                 // keyed tag of the block's namespace (block_codec.h)
   std::vector<int32_t> ids;      // the block's block_tokens token ids
   std::vector<uint8_t> latents;  // the block as LatentPool::exportBlocks wrote it (pool layout and dtype)
+  // The block before it in its prompt (has_parent false for a prompt's
+  // first): what the disk tier's sink reports with the block (block_events.h).
+  Digest parent;
+  bool has_parent = false;
 };
 
 struct WriteBackOptions {

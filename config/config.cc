@@ -26,7 +26,7 @@ namespace {
 
 using json = nlohmann::json;
 using FieldRef = std::variant<std::string*, int*, int64_t*, bool*, LogFormat*, LatentDTypeSetting*,
-                              PrefillAttentionSetting*, BackendSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*,
+                              PrefillAttentionSetting*, BackendSetting*, StoredDTypeSetting*, RestorePolicySetting*, FingerprintSetting*, KvEventsEncodingSetting*,
                               SharedNamespaceGrants*, PriceTableSetting*, BudgetSetting*>;
 
 // The names of each enum setting, indexed by the enumerator's value: the one
@@ -38,6 +38,7 @@ constexpr std::array<std::string_view, 2> kBackendNames = {"cpu", "cuda"};
 constexpr std::array<std::string_view, 4> kStoredDTypeNames = {"pool", "f32", "bf16", "int8"};
 constexpr std::array<std::string_view, 3> kRestorePolicyNames = {"auto", "always", "never"};
 constexpr std::array<std::string_view, 2> kFingerprintNames = {"sampled", "full"};
+constexpr std::array<std::string_view, 2> kKvEventsEncodingNames = {"array", "map"};
 
 std::span<const std::string_view> enumNames(LogFormat) { return kLogFormatNames; }
 std::span<const std::string_view> enumNames(LatentDTypeSetting) { return kLatentDTypeNames; }
@@ -46,6 +47,7 @@ std::span<const std::string_view> enumNames(BackendSetting) { return kBackendNam
 std::span<const std::string_view> enumNames(StoredDTypeSetting) { return kStoredDTypeNames; }
 std::span<const std::string_view> enumNames(RestorePolicySetting) { return kRestorePolicyNames; }
 std::span<const std::string_view> enumNames(FingerprintSetting) { return kFingerprintNames; }
+std::span<const std::string_view> enumNames(KvEventsEncodingSetting) { return kKvEventsEncodingNames; }
 
 struct Field {
   std::string_view path;
@@ -114,6 +116,15 @@ const std::array kFields = {
     LG_FIELD("cache.fingerprint", cache.fingerprint),
     LG_FIELD("cache.identity_check_seconds", cache.identity_check_seconds),
     LG_FIELD("cache.shared_namespaces", cache.shared_namespaces),
+    LG_FIELD("cache.kv_events.endpoint", cache.kv_events.endpoint),
+    LG_FIELD("cache.kv_events.bind", cache.kv_events.bind),
+    LG_FIELD("cache.kv_events.replay_endpoint", cache.kv_events.replay_endpoint),
+    LG_FIELD("cache.kv_events.topic", cache.kv_events.topic),
+    LG_FIELD("cache.kv_events.encoding", cache.kv_events.encoding),
+    LG_FIELD("cache.kv_events.buffer_steps", cache.kv_events.buffer_steps),
+    LG_FIELD("cache.kv_events.max_queue_events", cache.kv_events.max_queue_events),
+    LG_FIELD("cache.kv_events.hwm", cache.kv_events.hwm),
+    LG_FIELD("cache.kv_events.reannounce_interval_ms", cache.kv_events.reannounce_interval_ms),
     LG_FIELD("serving.step_tokens", serving.step_tokens),
     LG_FIELD("serving.max_running", serving.max_running),
     LG_FIELD("serving.max_queued", serving.max_queued),
@@ -364,6 +375,44 @@ Status setConfigField(const std::string& path, const std::string& value, Config&
   const Field* f = findField(path);
   if (f == nullptr) return invalidArgument("unknown field " + quoteValue(path));
   return setFromString(*f, value, config);
+}
+
+// cache.kv_events: ZMQ endpoints as zmq_bind/zmq_connect take them, and bounds
+// that keep the publisher's memory bounded.
+static Status validateKvEvents(const KvEventsOptions& k) {
+  const auto endpointOk = [](const std::string& e) {
+    for (const char* scheme : {"tcp://", "ipc://", "inproc://"}) {
+      if (e.rfind(scheme, 0) == 0 && e.size() > std::string_view(scheme).size()) return true;
+    }
+    return false;
+  };
+  if (!k.endpoint.empty() && !endpointOk(k.endpoint)) {
+    return invalidArgument("cache.kv_events.endpoint: expected tcp://HOST:PORT, ipc://PATH or inproc://NAME, got " +
+                           quoteValue(k.endpoint));
+  }
+  if (!k.replay_endpoint.empty()) {
+    if (k.endpoint.empty()) return invalidArgument("cache.kv_events.replay_endpoint needs cache.kv_events.endpoint");
+    if (!endpointOk(k.replay_endpoint)) {
+      return invalidArgument("cache.kv_events.replay_endpoint: expected tcp://HOST:PORT, ipc://PATH or inproc://NAME, got " +
+                             quoteValue(k.replay_endpoint));
+    }
+    if (k.replay_endpoint == k.endpoint) {
+      return invalidArgument("cache.kv_events.replay_endpoint must differ from cache.kv_events.endpoint");
+    }
+  }
+  if (k.buffer_steps < 0 || k.buffer_steps > 1000000) {
+    return invalidArgument("cache.kv_events.buffer_steps: expected 0..1000000, got " + std::to_string(k.buffer_steps));
+  }
+  if (k.max_queue_events < 1 || k.max_queue_events > 10000000) {
+    return invalidArgument("cache.kv_events.max_queue_events: expected 1..10000000, got " +
+                           std::to_string(k.max_queue_events));
+  }
+  if (k.hwm < 0) return invalidArgument("cache.kv_events.hwm: expected >= 0 (0 = no limit), got " + std::to_string(k.hwm));
+  if (k.reannounce_interval_ms != 0 && (k.reannounce_interval_ms < 100 || k.reannounce_interval_ms > 3600000)) {
+    return invalidArgument("cache.kv_events.reannounce_interval_ms: expected 0 (never) or 100..3600000, got " +
+                           std::to_string(k.reannounce_interval_ms));
+  }
+  return Status::ok();
 }
 
 Status validateConfig(const Config& c) {
@@ -633,6 +682,7 @@ Status validateConfig(const Config& c) {
     return invalidArgument("cache.io_threads: expected 0..64 (0 = one per core, at most 4), got " +
                            std::to_string(c.cache.io_threads));
   }
+  if (Status s = validateKvEvents(c.cache.kv_events); !s.isOk()) return s;
   return Status::ok();
 }
 

@@ -55,9 +55,10 @@ struct ServerOptions {
   int reserved_connections = 64;          // top slots for requests with valid credentials (at most max_connections/4)
   int pressure_idle_timeout_ms = 2000;    // idle wait of unauthenticated connections once 3/4 of max_connections are open
   // A bearer token that may read GET /metrics besides the admin key
-  // (LATENTGATE_SERVER_METRICS_TOKEN), for a Prometheus scraper that should
-  // not hold the admin key; empty: the admin key only. A secret: at least 16
-  // characters, never shown by `latentgate config`.
+  // (LATENTGATE_SERVER_METRICS_TOKEN), for a Prometheus scraper or a router
+  // that should not hold the admin key; it may also call the render routes
+  // (token ids only: no tenant's data). Empty: the admin key only. A secret:
+  // at least 16 characters, never shown by `latentgate config`.
   std::string metrics_token;
 };
 
@@ -98,6 +99,26 @@ enum class FingerprintSetting : uint8_t { kSampled, kFull };
 // rule (common/team_id.h: 1..128 of [A-Za-z0-9._-]).
 using SharedNamespaceGrants = std::map<std::string, std::vector<std::string>>;
 
+// How KV events encode each event: as vLLM's positional arrays (every
+// router reads them) or as maps keyed by field name (vLLM >= PR #42892).
+enum class KvEventsEncodingSetting : uint8_t { kArray, kMap };
+
+// vLLM-format KV events for prefix-aware routers (cache/kv_events/, docs/deploy.md):
+// which blocks this replica holds, on a ZMQ PUB socket. Off while endpoint is empty.
+struct KvEventsOptions {
+  std::string endpoint;         // ZMQ PUB, e.g. tcp://*:5557; empty: no events
+  // The PUB socket binds when the endpoint has '*' or '::' or is ipc:// or
+  // inproc:// (vLLM's rule), else connects (a router that binds); true: binds always.
+  bool bind = false;
+  std::string replay_endpoint;  // ZMQ ROUTER that answers replay requests (always bound); empty: none
+  std::string topic;            // empty: kv@<listen host>:<port>@<model id>, the pod id llm-d expects
+  KvEventsEncodingSetting encoding = KvEventsEncodingSetting::kArray;
+  int buffer_steps = 10000;             // published batches kept for replay
+  int max_queue_events = 100000;        // events waiting for the publisher; more: dropped and counted
+  int hwm = 100000;                     // the PUB socket's send high-water mark (messages)
+  int reannounce_interval_ms = 30000;   // every resident pool block again, roots first; 0: never
+};
+
 // The prefix cache (cache/, docs/cache.md). Sizes are bytes; in a file or
 // the environment they may carry a binary suffix ("8GiB", "512MiB").
 struct CacheOptions {
@@ -121,6 +142,7 @@ struct CacheOptions {
   // An admin publishes a prefix into a shared namespace on purpose (POST
   // /admin/shared-prefixes); the requests of the teams granted it read it.
   SharedNamespaceGrants shared_namespaces;
+  KvEventsOptions kv_events;
 };
 
 // The scheduler (serving/, docs/serving.md): what one engine step holds and

@@ -17,7 +17,15 @@
 #             ROUNDS times at 64 connections (REDIS_CONNECTIONS); the medians
 #             of the overhead p50, of the client's latency p50 and of the
 #             throughput.
-# Usage: scripts/bench-gateway.sh [models] [overhead] [alone] [agent] [redis]   (default: all but redis)
+#   kvevents: what publishing KV events costs (issue 24): gateway_bench --mode
+#             agent with 16 sessions (decode at batch 16) on the demo preset,
+#             without and with cache.kv_events (a subscriber reading every
+#             message), alternated ROUNDS times; the medians of the output
+#             tokens per second and their ratio. KV_MODEL: a model directory
+#             instead (the bench preset, whose replies run to max_tokens: decode
+#             at batch 16 throughout; the demo preset's replies end early);
+#             KV_TURNS: turns per session (12).
+# Usage: scripts/bench-gateway.sh [models] [overhead] [alone] [agent] [redis] [kvevents]   (default: all but redis and kvevents)
 # Env: LG_BUILD_DIR (build/), LG_BENCH_MODEL (the bench preset, made in
 # /tmp/lg-bench if missing), ROUNDS (3), SECONDS_EACH (10), LG_BENCH_TMP (/tmp:
 # where the servers' data directories go; /dev/shm puts the ledger on tmpfs).
@@ -131,6 +139,46 @@ if [[ " $what " == *" agent "* ]]; then
       --sessions 3 --turns 4 --system-words 1500 --turn-words 60 --reply-tokens 32 --label "cache_$cache"
     stop_servers
   done
+fi
+
+if [[ " $what " == *" kvevents "* ]]; then
+  : >"$work/off.tps"; : >"$work/on.tps"
+  for r in $(seq 1 "$rounds"); do
+    for mode in off on; do
+      unset LATENTGATE_CACHE_KV_EVENTS_ENDPOINT LATENTGATE_CACHE_KV_EVENTS_BIND
+      sub_pid=
+      if [[ $mode == on ]]; then
+        ev_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        export LATENTGATE_CACHE_KV_EVENTS_ENDPOINT=tcp://127.0.0.1:$ev_port LATENTGATE_CACHE_KV_EVENTS_BIND=true
+      fi
+      if [[ -n ${KV_MODEL:-} ]]; then start_server "kv-$mode-$r" --model "$KV_MODEL"; else start_server "kv-$mode-$r"; fi
+      if [[ $mode == on ]]; then
+        # A subscriber that reads (and decodes) every message, as a router does.
+        /usr/bin/python3 -c '
+import sys, zmq, msgpack
+s = zmq.Context().socket(zmq.SUB); s.setsockopt(zmq.SUBSCRIBE, b""); s.connect(sys.argv[1])
+n = 0
+while True:
+    _, _, p = s.recv_multipart(); msgpack.unpackb(p); n += 1
+' "tcp://127.0.0.1:$ev_port" &
+        sub_pid=$!
+        pids+=($sub_pid)
+        sleep 0.5
+      fi
+      line=$("$bench" --mode agent --port "$port" --key "$key" --ca "$ca" --model "$(basename "${KV_MODEL:-demo}")" \
+               --sessions 16 --turns "${KV_TURNS:-12}" --system-words 300 --turn-words 40 --reply-tokens 128 \
+               --label "kv_events_${mode}_$r")
+      echo "$line"
+      python3 -c 'import json, sys; print(json.loads(sys.argv[1])["output_tokens_per_s"])' "$line" >>"$work/$mode.tps"
+      if [[ $mode == on ]]; then
+        curl -sf --cacert "$ca" "$url/metrics" -H "Authorization: Bearer $admin" | grep -E '^latentgate_kv_events_(batches|blocks|dropped)' || true
+      fi
+      stop_servers
+    done
+  done
+  off_tps=$(median <"$work/off.tps"); on_tps=$(median <"$work/on.tps")
+  echo "kv_events: output tokens/s median without $off_tps, with $on_tps: with/without = $(python3 -c "print(f'{$on_tps/$off_tps:.4f}')") ($rounds rounds)"
+  unset LATENTGATE_CACHE_KV_EVENTS_ENDPOINT LATENTGATE_CACHE_KV_EVENTS_BIND
 fi
 
 if [[ " $what " == *" redis "* ]]; then

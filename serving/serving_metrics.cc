@@ -115,13 +115,39 @@ void collectMemory(ExpositionWriter& w, const MemoryFacts& memory, const Schedul
           "Blocks promised to admitted sequences' remaining prompt and output, not allocated yet.", m.reserved_blocks);
 }
 
+// ------------------------------------------------------------------------ vLLM
+
+void collectVllmFamilies(ExpositionWriter& w, const VllmFacts& facts, const SchedulerStats& s) {
+  const metrics::Labels labels = {{"model_name", facts.model_name}, {"engine", "0"}};
+  if (w.family("vllm:num_requests_waiting", "Requests queued for admission (vLLM's name).", MetricType::kGauge)) {
+    w.sample(labels, s.queued);
+  }
+  if (w.family("vllm:num_requests_running", "Sequences admitted to the engine (vLLM's name).", MetricType::kGauge)) {
+    w.sample(labels, s.looking_up + s.prefilling + s.decoding);
+  }
+  if (w.family("vllm:kv_cache_usage_perc",
+               "Fraction of latent pool blocks held by running sequences, 0 to 1 (vLLM's name).",
+               MetricType::kGauge)) {
+    w.sample(labels, s.pool_blocks > 0 ? static_cast<double>(s.running_blocks) / static_cast<double>(s.pool_blocks)
+                                       : 0.0);
+  }
+  if (w.family("vllm:cache_config_info", "The latent pool's block size in tokens and capacity (vLLM's name).",
+               MetricType::kGauge)) {
+    w.sample({{"block_size", std::to_string(facts.block_tokens)},
+              {"num_gpu_blocks", std::to_string(s.pool_blocks)},
+              {"engine", "0"}},
+             int64_t{1});
+  }
+}
+
 void addEngineCollectors(metrics::Registry& registry, const SchedulerMetricsSource& scheduler,
-                         const cache::CacheMetricsSource* cache, MemoryFacts memory) {
-  registry.add([&scheduler, cache, memory](ExpositionWriter& w) {
+                         const cache::CacheMetricsSource* cache, MemoryFacts memory, VllmFacts vllm) {
+  registry.add([&scheduler, cache, memory, vllm = std::move(vllm)](ExpositionWriter& w) {
     const SchedulerStats s = scheduler.schedulerStats();
     collectSchedulerStats(w, s);
     collectMemory(w, memory, s);
     if (cache != nullptr) cache::collectCacheStats(w, cache->snapshot());
+    collectVllmFamilies(w, vllm, s);
   });
 }
 

@@ -6,7 +6,10 @@
 //   - the memory's (latentgate_model_weights_bytes, latentgate_latent_pool_*):
 //     the weights and the latent pool's blocks and bytes by state;
 //   - the prefix cache's (latentgate_cache_*), which the cache writes itself
-//     (cache/cache_metrics.h), in the same collector.
+//     (cache/cache_metrics.h), in the same collector;
+//   - vLLM's names for the scheduler's load and the pool's use
+//     (vllm:num_requests_waiting, ...), which routers that pick a replica by
+//     them read: llm-d's scorers, the Gateway API Inference Extension.
 // The memory picture combines the scheduler's snapshot with the cache's (the
 // disk tier), which is why it lives here, above both: /metrics and the
 // dashboard (proxy/dashboard.h) show the same numbers from it.
@@ -18,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cache/cache_stats.h"
 #include "common/metrics.h"
@@ -51,17 +55,34 @@ struct MemoryPicture {
 // `cache` null: no prefix cache (no disk tier).
 MemoryPicture memoryPicture(const MemoryFacts& memory, const SchedulerStats& s, const cache::CacheStats* cache);
 
+// What vLLM's families say besides the stats.
+struct VllmFacts {
+  std::string model_name;    // the served model's id: vLLM's `model_name` label
+  int64_t block_tokens = 0;  // tokens per latent pool block (cache.block_tokens): vLLM's `block_size`
+};
+
+// vLLM's families, as vLLM writes them (labels `model_name` and `engine`, its
+// engine index, "0" here: one engine), over the same snapshot as ours:
+//   vllm:num_requests_waiting  gauge, requests queued for admission (preempted ones too)
+//   vllm:num_requests_running  gauge, admitted sequences (looking up, prefilling, decoding)
+//   vllm:kv_cache_usage_perc   gauge, 0..1: pool blocks held by running sequences over the
+//                              capacity; cached blocks nobody holds count as free, as vLLM
+//                              counts its evictable prefix-cache blocks
+//   vllm:cache_config_info     gauge 1, labels `block_size`, `num_gpu_blocks` (the pool's
+//                              capacity) and `engine`, as vLLM's (no `model_name`)
+void collectVllmFamilies(metrics::ExpositionWriter& w, const VllmFacts& facts, const SchedulerStats& s);
+
 // The scheduler's families (latentgate_scheduler_*) and the memory's
 // (latentgate_model_weights_bytes, latentgate_latent_pool_*), from a stats
 // snapshot.
 void collectSchedulerStats(metrics::ExpositionWriter& w, const SchedulerStats& s);
 void collectMemory(metrics::ExpositionWriter& w, const MemoryFacts& memory, const SchedulerStats& s);
 
-// One collector for the scheduler's, the memory's and the cache's families
-// (cache::collectCacheStats), in that order: the scheduler must outlive the
-// registry's scrapes, and so must the cache (null: no prefix cache, its
-// families are left out).
+// One collector for the scheduler's, the memory's, the cache's
+// (cache::collectCacheStats) and vLLM's families, in that order: the
+// scheduler must outlive the registry's scrapes, and so must the cache (null:
+// no prefix cache, its families are left out).
 void addEngineCollectors(metrics::Registry& registry, const SchedulerMetricsSource& scheduler,
-                         const cache::CacheMetricsSource* cache, MemoryFacts memory);
+                         const cache::CacheMetricsSource* cache, MemoryFacts memory, VllmFacts vllm);
 
 }  // namespace lg::serving

@@ -83,6 +83,15 @@ std::optional<ApiError> Admission::checkMetrics(const HttpRequest& request) cons
   return unauthorized("This endpoint needs the admin key or the metrics token as a Bearer token.");
 }
 
+std::optional<ApiError> Admission::checkAnyCredential(const HttpRequest& request) const {
+  const std::string_view presented = presentedKey(request);
+  // The two constant-time comparisons first: a router's token never costs a
+  // key-store lookup.
+  if (admin_.matches(presented) || (metrics_token_ && metrics_token_->matches(presented))) return std::nullopt;
+  if (keys_.authenticate(presented)) return std::nullopt;
+  return unauthorized("This endpoint needs an API key, the admin key or the metrics token as a Bearer token.");
+}
+
 GuardedHandler Admission::forKey(KeyHandler handler) const {
   GuardedHandler g;
   g.handler = [this, handler = std::move(handler)](const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
@@ -116,6 +125,16 @@ GuardedHandler Admission::forMetrics(Handler handler) const {
     handler(request, std::move(exchange));
   };
   g.guard = [this](const HttpRequest& head) { return checkMetrics(head); };
+  return g;
+}
+
+GuardedHandler Admission::forAnyCredential(Handler handler) const {
+  GuardedHandler g;
+  g.handler = [this, handler = std::move(handler)](const HttpRequest& request, std::shared_ptr<Exchange> exchange) {
+    if (auto refused = checkAnyCredential(request)) return respondWithApiError(*exchange, *refused);
+    handler(request, std::move(exchange));
+  };
+  g.guard = [this](const HttpRequest& head) { return checkAnyCredential(head); };
   return g;
 }
 

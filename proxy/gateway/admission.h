@@ -2,7 +2,7 @@
 // its request may run (docs/gateway.md, "Admission").
 //
 // Authentication. Every route that needs credentials is registered through a
-// guard (forKey, forAdmin, forMetrics): the guard reads the bearer token,
+// guard (forKey, forAdmin, forMetrics, forAnyCredential): the guard reads the bearer token,
 // authenticates it (an API key's SHA-256 looked up in the key store; the
 // admin key and the metrics token compared in constant time) and calls the
 // handler only for a caller it accepts; anyone else gets 401
@@ -119,10 +119,14 @@ class Admission {
   using KeyHandler =
       std::function<void(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who)>;
   // Route guards: the handler runs only for an API key (forKey), the admin
-  // key (forAdmin), or the admin key or the metrics token (forMetrics).
+  // key (forAdmin), the admin key or the metrics token (forMetrics), or any
+  // of the three (forAnyCredential: the render routes, which a router calls
+  // with the client's key or with the token it scrapes /metrics with; they
+  // reveal no tenant's data and charge nothing, so no caller is needed).
   GuardedHandler forKey(KeyHandler handler) const;
   GuardedHandler forAdmin(Handler handler) const;
   GuardedHandler forMetrics(Handler handler) const;
+  GuardedHandler forAnyCredential(Handler handler) const;
 
   // The caller a presented key names (the admin key, an API key, or nobody),
   // and the caller of a request's Authorization header.
@@ -146,6 +150,7 @@ class Admission {
   // Each guard's check of a request's credentials: nullopt accepts, else the 401.
   std::optional<ApiError> checkAdmin(const HttpRequest& request) const;
   std::optional<ApiError> checkMetrics(const HttpRequest& request) const;
+  std::optional<ApiError> checkAnyCredential(const HttpRequest& request) const;
 
   const billing::KeyStore& keys_;
   const billing::AdminKey& admin_;

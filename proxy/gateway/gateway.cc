@@ -39,6 +39,15 @@ void Gateway::addRoutes(Router& router) const {
   router.add("POST", "/v1/chat/completions", route(&Gateway::chatCompletions), Runs::kOnIoThread, BodySize::kLarge);
   router.add("POST", "/v1/completions", route(&Gateway::completions), Runs::kOnIoThread, BodySize::kLarge);
   router.add("POST", "/v1/responses", route(&Gateway::responses), Runs::kOnIoThread, BodySize::kLarge);
+  // The render routes take the prompts the generation routes take: the same body limit.
+  auto render = [this](auto method) {
+    return admission_.forAnyCredential(
+        [this, method](const HttpRequest& r, std::shared_ptr<Exchange> e) { (this->*method)(r, std::move(e)); });
+  };
+  router.add("POST", "/v1/chat/completions/render", render(&Gateway::renderChat), Runs::kOnIoThread,
+             BodySize::kLarge);
+  router.add("POST", "/v1/completions/render", render(&Gateway::renderCompletions), Runs::kOnIoThread,
+             BodySize::kLarge);
   router.addPrefix("GET", "/v1/responses/", route(&Gateway::getResponse), Runs::kBlocking);  // a read and a parse
   router.addPrefix("DELETE", "/v1/responses/", route(&Gateway::deleteResponse), Runs::kBlocking);  // a synced delete
   router.add("GET", "/v1/models", route(&Gateway::models));

@@ -8,12 +8,17 @@
 //   DELETE /v1/responses/{id}
 //   GET    /v1/models, /models     models.cc
 //   GET    /v1/models/{id}, /models/{id}
+//   POST   /v1/chat/completions/render   render.cc
+//   POST   /v1/completions/render
 //
 // Every route is registered through Admission::forKey (an API key is
-// checked before the handler runs). Each endpoint parses its body with the
-// schema layer (proxy/openai/), renders and tokenizes its prompt, and hands
-// the result to the one generation call (generation.h), which admits,
-// meters, runs and delivers it.
+// checked before the handler runs), but the render routes, which also take
+// the admin key and the metrics token (Admission::forAnyCredential): routers
+// call them to learn a request's token ids. Each generation endpoint parses
+// its body with the schema layer (proxy/openai/), renders and tokenizes its
+// prompt, and hands the result to the one generation call (generation.h),
+// which admits, meters, runs and delivers it; the render routes stop after
+// the tokens and answer them.
 //
 // Thread-safety: routes may run on every I/O thread at once; the gateway's
 // state is immutable after construction, except the response store (thread-safe).
@@ -77,6 +82,9 @@ class Gateway {
                    const billing::Principal& who) const;
   void deleteResponse(const HttpRequest& request, std::shared_ptr<Exchange> exchange,
                       const billing::Principal& who) const;
+  // The prompt's token ids only: nothing is admitted, charged or run.
+  void renderChat(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
+  void renderCompletions(const HttpRequest& request, std::shared_ptr<Exchange> exchange) const;
   void models(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
   void model(const HttpRequest& request, std::shared_ptr<Exchange> exchange, const billing::Principal& who) const;
 

@@ -330,4 +330,28 @@ ApiResult<ParsedChatRequest> parseChatCompletionRequest(const json& body, const 
   return out;
 }
 
+ApiResult<ParsedChatRenderRequest> parseChatRenderRequest(json body, const ParseLimits& limits) {
+  ParsedChatRenderRequest out;
+  if (body.is_object()) {  // anything else gets the chat parser's 400 below
+    FieldReader r(body, "");
+    r.boolean("add_generation_prompt", out.ending.add_generation_prompt);
+    r.boolean("continue_final_message", out.ending.continue_final_message);
+    detail::refuseIfSet(r, "chat_template",
+                        "prompts are rendered with the model's own chat template, as the chat endpoint renders them");
+    detail::refuseIfSet(r, "chat_template_kwargs",
+                        "the chat endpoint passes no extra template variables (reasoning_effort sets the thinking "
+                        "switch), so its render takes none either");
+    detail::refuseIfSet(r, "documents", "the chat template is given no documents here");
+    if (r.failed()) return r.takeError();
+    for (const char* key :
+         {"add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs", "documents"}) {
+      body.erase(key);
+    }
+  }
+  auto chat = parseChatCompletionRequest(body, limits);
+  if (!chat) return chat.error();
+  out.chat = std::move(*chat);
+  return out;
+}
+
 }  // namespace lg::proxy::openai

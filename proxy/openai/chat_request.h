@@ -45,4 +45,21 @@ struct ParsedChatRequest {
 
 ApiResult<ParsedChatRequest> parseChatCompletionRequest(const nlohmann::json& body, const ParseLimits& limits);
 
+// POST /v1/chat/completions/render (vLLM's route, which routers such as
+// llm-d call with the client's chat request to learn its token ids): the
+// chat request, parsed and refused exactly as above, plus how the
+// conversation ends: add_generation_prompt (default true) and
+// continue_final_message (default false). vLLM's chat_template,
+// chat_template_kwargs and documents pass only when they ask for nothing
+// (null, empty): the chat endpoint refuses them, and a render must give the
+// ids a real request would get.
+struct ParsedChatRenderRequest {
+  ParsedChatRequest chat;
+  ChatEnding ending;
+};
+
+// Takes the body by value: the render fields are erased from it before the
+// chat parser, which refuses fields it does not know, reads the rest.
+ApiResult<ParsedChatRenderRequest> parseChatRenderRequest(nlohmann::json body, const ParseLimits& limits);
+
 }  // namespace lg::proxy::openai

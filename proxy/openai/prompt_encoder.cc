@@ -1,6 +1,7 @@
 #include "proxy/openai/prompt_encoder.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "proxy/openai/sse.h"
 
@@ -97,6 +98,40 @@ bool opensThinking(const text::ChatTemplate& t, const json& messages, const json
   input.add_generation_prompt = true;
   Result<text::PromptText> out = t.render(input);
   return out.isOk() && endsWithOpenThink(out->text);
+}
+
+bool isSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+std::string_view lstripped(std::string_view s) {
+  while (!s.empty() && isSpace(s.front())) s.remove_prefix(1);
+  return s;
+}
+
+std::string_view stripped(std::string_view s) {
+  s = lstripped(s);
+  while (!s.empty() && isSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Where transformers' apply_chat_template(continue_final_message=True) cuts
+// the rendered text: after the last occurrence of the final message's
+// content, with the content's trailing whitespace when the template kept it
+// (Python's strip() also strips non-ASCII spaces; ASCII is what templates
+// and clients put at a message's edges). nullopt: the content is not there.
+std::optional<size_t> finalMessageEnd(std::string_view rendered, std::string_view content) {
+  const std::string_view core = stripped(content);
+  const size_t at = rendered.rfind(core);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view kept = lstripped(content);
+  if (rendered.substr(at, kept.size()) == content) return at + kept.size();
+  return at + core.size();
+}
+
+// Cuts a rendered prompt at `end` bytes, trusted ranges included.
+void truncatePrompt(text::PromptText& prompt, size_t end) {
+  prompt.text.resize(end);
+  while (!prompt.trusted.empty() && prompt.trusted.back().begin >= end) prompt.trusted.pop_back();
+  if (!prompt.trusted.empty() && prompt.trusted.back().end > end) prompt.trusted.back().end = end;
 }
 
 constexpr std::string_view kBriefInstruction = "Keep the reply brief: say only what the request needs.";
@@ -257,10 +292,17 @@ json PromptEncoder::templateTools(const ChatPrompt& prompt) const {
   return tools;
 }
 
-ApiResult<EncodedPrompt> PromptEncoder::encodeChat(const ChatPrompt& prompt, std::string_view prompt_param) const {
+ApiResult<EncodedPrompt> PromptEncoder::encodeChat(const ChatPrompt& prompt, std::string_view prompt_param,
+                                                   ChatEnding ending) const {
   // Building the input copies strings and the tools' schemas; everything
   // that can fail on request data reports a Status, and the JSON values built
   // here are well-formed by construction, so nothing below throws.
+  if (ending.continue_final_message && ending.add_generation_prompt) {
+    // As vLLM refuses it: the final message cannot both stay open and be
+    // followed by the assistant's new turn.
+    return invalidRequest("continue_final_message", "invalid_value",
+                          "continue_final_message and add_generation_prompt cannot both be true");
+  }
   json extra = nullptr;
   if (prompt.reasoning) {
     if (traits_.thinking_switch) {
@@ -282,9 +324,24 @@ ApiResult<EncodedPrompt> PromptEncoder::encodeChat(const ChatPrompt& prompt, std
   input.messages = &messages;
   input.tools = tools.is_null() ? nullptr : &tools;
   input.extra = extra.is_null() ? nullptr : &extra;
-  input.add_generation_prompt = true;
+  input.add_generation_prompt = ending.add_generation_prompt;
   Result<text::PromptText> rendered = template_.render(input, render_options_);
   if (!rendered.isOk()) return renderError(rendered.status(), prompt_param);
+  if (ending.continue_final_message) {
+    // The template's input, not the request's message: a final system
+    // message carries the addendum there, and that is what was rendered.
+    const json& content = messages.back()["content"];
+    const std::string param = std::string(prompt_param) + "[" + std::to_string(prompt.messages.size() - 1) + "]";
+    if (!content.is_string()) {
+      return invalidRequest(param, "invalid_value", "continue_final_message needs a final message with text content");
+    }
+    const std::optional<size_t> end = finalMessageEnd(rendered->text, content.get_ref<const std::string&>());
+    if (!end) {
+      return invalidRequest(param, "invalid_value",
+                            "continue_final_message: the chat template did not render the final message's content");
+    }
+    truncatePrompt(*rendered, *end);
+  }
   Result<std::vector<int32_t>> ids = tokenizer_.encodePrompt(*rendered);
   if (!ids.isOk()) return encodeError(ids.status(), prompt_param);
   EncodedPrompt out;

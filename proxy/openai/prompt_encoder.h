@@ -79,8 +79,13 @@ class PromptEncoder {
   const TemplateTraits& traits() const { return traits_; }
 
   // The conversation through the template. `prompt_param` names the field
-  // in errors ("messages" or "input").
-  ApiResult<EncodedPrompt> encodeChat(const ChatPrompt& prompt, std::string_view prompt_param) const;
+  // in errors ("messages" or "input"). With continue_final_message, the text
+  // after the final message's content is cut as transformers cuts it (after
+  // the last occurrence of that content, trailing whitespace the template
+  // dropped not restored); both endings at once, a final message without
+  // text, or one the template did not render are a 400.
+  ApiResult<EncodedPrompt> encodeChat(const ChatPrompt& prompt, std::string_view prompt_param,
+                                      ChatEnding ending = {}) const;
 
   // One /v1/completions prompt (`index` names it in errors).
   ApiResult<EncodedPrompt> encodeCompletion(const CompletionPrompt& prompt, size_t index, size_t count) const;

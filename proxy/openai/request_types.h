@@ -111,6 +111,18 @@ struct ChatPrompt {
   Verbosity verbosity = Verbosity::kMedium;
 };
 
+// How the rendered conversation ends: vLLM's (and transformers')
+// add_generation_prompt and continue_final_message, which the render routes
+// accept (parseChatRenderRequest, chat_request.h); PromptEncoder::encodeChat
+// applies it. Every generation request renders with the defaults: the
+// assistant's turn opened after the last message.
+struct ChatEnding {
+  bool add_generation_prompt = true;
+  // The final message left open (its end-of-turn text cut off), for the model
+  // to continue it; needs add_generation_prompt false.
+  bool continue_final_message = false;
+};
+
 // Limits and defaults the server configures once.
 struct ParseLimits {
   // max_tokens when a request names none: DeepSeek's API default, clamped to

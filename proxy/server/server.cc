@@ -13,6 +13,7 @@
 #include "billing/redis/redis_limits.h"
 #include "billing/spend_source.h"
 #include "cache/cache_config.h"
+#include "cache/kv_events/kv_event_publisher.h"
 #include "common/metrics.h"
 #include "common/unix_time.h"
 #include "proxy/admin/billing_api.h"
@@ -123,17 +124,22 @@ struct Server::Parts {
   std::unique_ptr<BlockingPool> blocking_pool;
   std::unique_ptr<serving::Scheduler> scheduler;
   std::unique_ptr<HttpServer> server;
+  // cache.kv_events: what the cache holds, published for prefix-aware routers.
+  std::unique_ptr<cache::kv_events::KvEventPublisher> kv_events;
   bool stopped = false;
 
   // The follower goes first: nothing is applied to the stores, nor told to
-  // their observers, while the parts are destroyed.
+  // their observers, while the parts are destroyed. The cache outlives the
+  // server: it stops telling the publisher before the publisher goes.
   ~Parts() {
     if (pg_control != nullptr) pg_control->stop();
+    if (kv_events != nullptr) engine.cache->setBlockEvents(nullptr);
   }
 
   Status build();
   Status openBilling();
   Status startControlPlane();
+  Status startKvEvents();
   void addRoutes();
 };
 
@@ -366,7 +372,10 @@ Status Server::Parts::build() {
                                           dashboard_options);
 
   // Each part registers its own metric families; /metrics only collects.
-  serving::addEngineCollectors(registry, *scheduler, engine.cache, memory);
+  // vLLM's names for the load and the pool, for routers: block_size is the
+  // pool's page, which cache.block_tokens sets (and the cache's blocks are).
+  serving::addEngineCollectors(registry, *scheduler, engine.cache, memory,
+                               serving::VllmFacts{engine.model_id, engine.backend->latentLayout().block_tokens});
   registry.add([this](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
   if (drain) registry.add([this](metrics::ExpositionWriter& w) { drain->collect(w); });
@@ -390,6 +399,43 @@ Status Server::Parts::build() {
   // each route's body limit (issue 21 item 4).
   LG_ASSIGN_OR_RETURN(server, HttpServer::start(server_options, request_metrics->handler(), request_metrics->preflighter()));
   registry.add([this](metrics::ExpositionWriter& w) { collectHttpServerStats(w, server->stats()); });
+  // After the listener, whose port is in the default topic.
+  if (engine.cache != nullptr && !config.cache.kv_events.endpoint.empty()) LG_RETURN_IF_ERROR(startKvEvents());
+  return Status::ok();
+}
+
+Status Server::Parts::startKvEvents() {
+  const KvEventsOptions& k = config.cache.kv_events;
+  cache::kv_events::PublisherOptions o;
+  o.endpoint = k.endpoint;
+  o.bind = k.bind;
+  o.replay_endpoint = k.replay_endpoint;
+  // llm-d keys a pod's events by this topic's middle part, which must equal
+  // the address and port it routes to (docs/deploy.md): behind a wildcard
+  // listener that is the pod's own address, which only the operator knows.
+  o.topic = k.topic;
+  if (o.topic.empty()) {
+    const std::string& host = server_options.host;
+    if (host == "0.0.0.0" || host == "::") {
+      proxyLog()->warn("cache.kv_events.topic is empty and the server listens on {}: routers need the replica's own "
+                        "address in the topic (kv@ADDRESS:PORT@MODEL)", host);
+    }
+    o.topic = "kv@" + host + ":" + std::to_string(server->port()) + "@" + engine.model_id;
+  }
+  o.encoding = k.encoding == KvEventsEncodingSetting::kMap ? cache::kv_events::EventEncoding::kMap
+                                                            : cache::kv_events::EventEncoding::kArray;
+  o.buffer_steps = static_cast<size_t>(k.buffer_steps);
+  o.max_queue_events = static_cast<size_t>(k.max_queue_events);
+  o.hwm = k.hwm;
+  o.reannounce_interval = std::chrono::milliseconds(k.reannounce_interval_ms);
+  o.block_size = config.cache.block_tokens;
+  o.pool_medium = config.engine.backend == BackendSetting::kCuda ? "GPU" : "CPU";
+  cache::PrefixCache* cache = engine.cache;
+  LG_ASSIGN_OR_RETURN(kv_events, cache::kv_events::KvEventPublisher::start(o, [cache] { return cache->announceResident(); }));
+  cache->setBlockEvents(kv_events.get());
+  registry.add([this](metrics::ExpositionWriter& w) { kv_events->collect(w); });
+  proxyLog()->info("KV events on {} (topic {}{}{})", k.endpoint, o.topic, k.replay_endpoint.empty() ? "" : ", replay on ",
+                    k.replay_endpoint);
   return Status::ok();
 }
 

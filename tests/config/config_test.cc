@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -119,6 +120,33 @@ TEST(ConfigTest, CacheSizesTakeBinarySuffixesAndBadValuesAreRejected) {
     auto bad = loadConfig(sources);
     ASSERT_FALSE(bad.isOk()) << name << "=" << value;
     EXPECT_NE(bad.status().message().find("cache."), std::string::npos) << bad.status().message();
+  }
+}
+
+TEST(ConfigTest, KvEventsAreOffByDefaultAndTheirEndpointsAndBoundsAreChecked) {
+  Config c;
+  EXPECT_TRUE(c.cache.kv_events.endpoint.empty());  // no events unless asked for
+  ASSERT_TRUE(applyConfigText(R"({"cache": {"kv_events": {"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558",
+                                            "topic": "kv@10.0.0.5:8443@demo", "encoding": "map",
+                                            "reannounce_interval_ms": 0}}})",
+                              "f.json", c)
+                  .isOk());
+  EXPECT_EQ(c.cache.kv_events.endpoint, "tcp://*:5557");
+  EXPECT_EQ(c.cache.kv_events.encoding, KvEventsEncodingSetting::kMap);
+  EXPECT_EQ(c.cache.kv_events.reannounce_interval_ms, 0);
+  EXPECT_TRUE(validateConfig(c).isOk());
+  ConfigSources sources;
+  for (const auto& env : std::vector<std::map<std::string, std::string>>{
+           {{"LATENTGATE_CACHE_KV_EVENTS_ENDPOINT", "localhost:5557"}},  // no transport
+           {{"LATENTGATE_CACHE_KV_EVENTS_REPLAY_ENDPOINT", "tcp://*:5558"}},  // replay without events
+           {{"LATENTGATE_CACHE_KV_EVENTS_ENDPOINT", "tcp://*:5557"}, {"LATENTGATE_CACHE_KV_EVENTS_REPLAY_ENDPOINT", "tcp://*:5557"}},
+           {{"LATENTGATE_CACHE_KV_EVENTS_ENDPOINT", "tcp://*:5557"}, {"LATENTGATE_CACHE_KV_EVENTS_ENCODING", "json"}},
+           {{"LATENTGATE_CACHE_KV_EVENTS_ENDPOINT", "tcp://*:5557"}, {"LATENTGATE_CACHE_KV_EVENTS_MAX_QUEUE_EVENTS", "0"}},
+           {{"LATENTGATE_CACHE_KV_EVENTS_ENDPOINT", "tcp://*:5557"}, {"LATENTGATE_CACHE_KV_EVENTS_REANNOUNCE_INTERVAL_MS", "5"}}}) {
+    sources.environment = env;
+    auto bad = loadConfig(sources);
+    ASSERT_FALSE(bad.isOk()) << env.begin()->first;
+    EXPECT_NE(bad.status().message().find("cache.kv_events."), std::string::npos) << bad.status().message();
   }
 }
 

@@ -1,11 +1,12 @@
-// The serving core's metric families without a server: the scheduler's and
-// the memory's from a stats snapshot, read back by the strict parser of the
+// The serving core's metric families without a server: the scheduler's, the
+// memory's and vLLM's names from a stats snapshot, read back by the strict parser of the
 // Prometheus text (tests/support/prometheus_text.h); the memory picture with
 // and without a disk tier. tests/cache/cache_metrics_test.cc has the cache's
 // families, tests/proxy/metrics_server_test.cc scrapes them all from a real
 // server.
 #include "serving/serving_metrics.h"
 
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -69,6 +70,40 @@ TEST(ServingMetricsTest, SchedulerAndMemoryFamiliesAreWellFormedAndAddUp) {
   EXPECT_EQ(p.value("latentgate_latent_pool_bytes", {{"state", "running"}}), 25 * 4096);
   EXPECT_EQ(p.value("latentgate_latent_pool_bytes", {{"state", "cached"}}), 15 * 4096);
   EXPECT_EQ(p.value("latentgate_latent_pool_reserved_blocks"), 7);
+}
+
+TEST(ServingMetricsTest, VllmFamiliesSayWhatVllmsWouldForTheSameState) {
+  SchedulerStats s = someStats();  // 3 queued, 2 decoding; 25 of 100 blocks running, 15 cached
+  s.looking_up = 1;
+  s.prefilling = 4;
+  metrics::ExpositionWriter w;
+  collectVllmFamilies(w, VllmFacts{"demo \"model\"", 64}, s);
+  EXPECT_EQ(w.dropped(), 0u);
+  const PromText p = parsePrometheusText(w.text());
+  ASSERT_TRUE(p.errors.empty()) << errorsOf(p) << w.text();
+  ASSERT_EQ(p.families.size(), 4u) << w.text();
+  for (const auto& [name, f] : p.families) {
+    EXPECT_TRUE(name.starts_with("vllm:")) << name;
+    EXPECT_EQ(f.type, "gauge") << name;
+  }
+  // The model's id as the label (escaped in the text, read back whole).
+  const std::map<std::string, std::string> labels = {{"model_name", "demo \"model\""}, {"engine", "0"}};
+  EXPECT_EQ(p.find("vllm:num_requests_waiting", labels).value_or(-1), 3);
+  EXPECT_EQ(p.find("vllm:num_requests_running", labels).value_or(-1), 1 + 4 + 2);
+  // Blocks held by running sequences only: the 15 cached ones are evictable,
+  // free to vLLM's way of counting.
+  EXPECT_EQ(p.find("vllm:kv_cache_usage_perc", labels).value_or(-1), 0.25);
+  EXPECT_EQ(
+      p.find("vllm:cache_config_info", {{"block_size", "64"}, {"num_gpu_blocks", "100"}, {"engine", "0"}}).value_or(-1),
+      1);
+
+  // An empty pool (no capacity yet) reads 0, not NaN.
+  metrics::ExpositionWriter empty;
+  collectVllmFamilies(empty, VllmFacts{"demo", 16}, SchedulerStats{});
+  EXPECT_EQ(parsePrometheusText(empty.text())
+                .find("vllm:kv_cache_usage_perc", {{"model_name", "demo"}, {"engine", "0"}})
+                .value_or(-1),
+            0);
 }
 
 TEST(ServingMetricsTest, TheMemoryPictureTakesTheDiskTierFromTheCacheWhenThereIsOne) {

@@ -124,6 +124,8 @@ TEST_F(AdmissionTest, GuardsRunTheHandlerOnlyForTheRightCredentials) {
   const Handler for_admin = admission_->forAdmin([this](const HttpRequest&, std::shared_ptr<Exchange>) { ran_ = true; });
   const Handler for_metrics =
       admission_->forMetrics([this](const HttpRequest&, std::shared_ptr<Exchange>) { ran_ = true; });
+  const Handler for_any =
+      admission_->forAnyCredential([this](const HttpRequest&, std::shared_ptr<Exchange>) { ran_ = true; });
   struct Case {
     const Handler* handler;
     std::string key;
@@ -138,7 +140,13 @@ TEST_F(AdmissionTest, GuardsRunTheHandlerOnlyForTheRightCredentials) {
                                          {&for_admin, kMetricsToken, false},
                                          {&for_metrics, kAdminKey, true},
                                          {&for_metrics, kMetricsToken, true},
-                                         {&for_metrics, key_, false}}) {
+                                         {&for_metrics, key_, false},
+                                         {&for_any, key_, true},
+                                         {&for_any, kAdminKey, true},
+                                         {&for_any, kMetricsToken, true},
+                                         {&for_any, "lg-nope", false},
+                                         {&for_any, std::string(kMetricsToken) + "x", false},
+                                         {&for_any, "", false}}) {
     auto [e, ran] = call(*c.handler, c.key);
     EXPECT_EQ(ran, c.runs) << c.key;
     if (!c.runs) {

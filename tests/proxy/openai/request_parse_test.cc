@@ -48,6 +48,48 @@ void expectError(const ApiResult<ParsedChatRequest>& r, const ErrorCase& c) {
 
 // ---------------------------------------------------------------- chat
 
+// vLLM's render route: the chat request plus how the conversation ends.
+TEST(ChatRenderRequest, TakesTheEndingsAndRefusesWhatTheChatEndpointRefuses) {
+  ApiResult<ParsedChatRenderRequest> plain = parseChatRenderRequest(chatBody(), kLimits);
+  ASSERT_TRUE(plain.isOk()) << plain.error().message;
+  EXPECT_TRUE(plain->ending.add_generation_prompt);
+  EXPECT_FALSE(plain->ending.continue_final_message);
+  EXPECT_EQ(plain->chat.model, "deepseek-chat");
+
+  ApiResult<ParsedChatRenderRequest> cont = parseChatRenderRequest(
+      chatBody({{"add_generation_prompt", false},
+                {"continue_final_message", true},
+                {"chat_template", nullptr},
+                {"chat_template_kwargs", json::object()},
+                {"documents", json::array()},
+                {"stream", true}}),
+      kLimits);
+  ASSERT_TRUE(cont.isOk()) << cont.error().message;
+  EXPECT_FALSE(cont->ending.add_generation_prompt);
+  EXPECT_TRUE(cont->ending.continue_final_message);
+  EXPECT_TRUE(cont->chat.stream);
+
+  const std::vector<ErrorCase> cases = {
+      {"ending of the wrong type", chatBody({{"add_generation_prompt", "yes"}}), "add_generation_prompt",
+       "invalid_type"},
+      {"a template of the client's", chatBody({{"chat_template", "{{ messages }}"}}), "chat_template",
+       "unsupported_parameter"},
+      {"template variables", chatBody({{"chat_template_kwargs", {{"thinking", true}}}}), "chat_template_kwargs",
+       "unsupported_parameter"},
+      {"documents", chatBody({{"documents", json::array({{{"text", "d"}}})}}), "documents", "unsupported_parameter"},
+      {"a field neither knows", chatBody({{"return_token_offsets", true}}), "return_token_offsets",
+       "unknown_parameter"},
+      {"the chat parser's own refusals", chatBody({{"temperature", 3}}), "temperature", "invalid_value"},
+  };
+  for (const ErrorCase& c : cases) {
+    ApiResult<ParsedChatRenderRequest> r = parseChatRenderRequest(c.body, kLimits);
+    ASSERT_FALSE(r.isOk()) << c.name;
+    EXPECT_EQ(r.error().http_status, 400) << c.name;
+    EXPECT_EQ(r.error().param, c.param) << c.name << ": " << r.error().message;
+    EXPECT_EQ(r.error().code, c.code) << c.name << ": " << r.error().message;
+  }
+}
+
 TEST(ChatRequest, MinimalBodyGetsDefaults) {
   ParsedChatRequest r = chatOk(chatBody());
   EXPECT_EQ(r.model, "deepseek-chat");
