@@ -5,13 +5,17 @@ by an independent subscriber and an llm-d re-implementation (llmd_index.py).
     /usr/bin/python3 kv_events_test.py --latentgate build/cli/latentgate [--keep]
 
 Each replica runs the demo model in a private temp dir (its own data dir, CA and
-loopback ports) with cache.kv_events on: replicas 0 and 1 in the array encoding,
-replica 2 in the map encoding, re-announcement every 500 ms. The checks:
+loopback ports) with cache.kv_events on and re-announcement every 500 ms: r0 binds
+its PUB socket ("bind": true); r1 has no "bind", so by vLLM's rule it connects to
+the subscriber, which binds (llm-d's central mode); r2 uses the map encoding, writes
+every block to its disk tier, keeps 12 blocks in tier 0 and always restores. Checks:
 
   1. every live message decodes, validates as vLLM's layout (array or map, as
      configured), re-encodes byte for byte with python msgpack, keeps LatentGate's
      contract (8 fields, block size 64, 64 token ids per block, medium), carries
-     the topic kv@127.0.0.1:<https port>@demo; seqs are contiguous per life;
+     the topic kv@127.0.0.1:<https port>@demo; seqs are contiguous per life; a block
+     hash always comes with the same parent and tokens; the publisher's counters
+     say nothing was dropped and every batch it counted arrived;
   2. replay from 0 starts with seq 0 = [AllBlocksCleared] and ends with the end marker;
   3. long shared system prompts (several 64-token blocks; keys of two teams) sent to
      chosen replicas are published as BlockStored chains whose token_ids equal the
@@ -24,15 +28,22 @@ replica 2 in the map encoding, re-announcement every 500 ms. The checks:
   5. a late subscriber (no replay) learns the resident blocks by re-announcement:
      every event's parent is nil or announced earlier in its stream, and it scores
      the earlier prompts as the first subscriber does;
-  6. after SIGTERM and a start on the same ports and data dir, a replica's stream
+  6. r2: evictions come as BlockRemoved CPU while the DISK copies keep r2's score,
+     and the restore that the engine then reports is announced on CPU again;
+  7. after SIGTERM and a start on the same ports and data dir, a replica's stream
      restarts at seq 0 with AllBlocksCleared (replay; the live subscriber sees the
      seq go back) and what it computes next is announced and scored again.
 
+Soft checks only warn: that a request's prompt blocks are first announced in one
+BlockStored (the contract says so; the publisher merges what its queue holds), and
+that /metrics has vLLM's names for routers (router_surface_test owns those).
+
 Exit status 0 when every check passed, 1 otherwise; the replicas are stopped (by pid)
-in any case. Under ~90 s on 2 cores.
+in any case (they die with the test too: PR_SET_PDEATHSIG). 5 to 10 s on 2 cores.
 """
 
 import argparse
+import ctypes
 import http.client
 import json
 import os
@@ -88,6 +99,15 @@ def check(cond, what, detail="", soft=False):
 
 # ---------------------------------------------------------------------------
 # Replicas
+
+def _die_with_parent():
+    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL (a
+    ctest timeout), so that no replica outlives it (prctl PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
 
 def free_port():
     with socket.socket() as s:
@@ -147,7 +167,8 @@ class Replica:
         self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         out = open(self.log_path, "ab")
         self.proc = subprocess.Popen([self.binary, "serve", "--config", os.path.join(self.dir, "config.json")],
-                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent)
         out.close()
 
     def log_tail(self, n=4000):
@@ -705,11 +726,16 @@ def run(binary, keep):
         FAILURES.append("exception: %s" % e)
         traceback.print_exc()
     finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
         for s in (sub, late):
             if s is not None:
                 s.stop()
         for r in replicas:
-            r.stop(signal.SIGTERM)
+            try:
+                r.stop(signal.SIGTERM)
+            except Exception as e:  # keep stopping the others
+                log("stopping %s: %s" % (r.name, e))
         if FAILURES:
             for r in replicas:
                 print("---- %s serve.log (tail) ----\n%s" % (r.name, r.log_tail(3000)), file=sys.stderr)
