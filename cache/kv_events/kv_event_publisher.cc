@@ -18,6 +18,8 @@ using Clock = std::chrono::steady_clock;
 // Merged events per message: bounds one message's size when a backlog or a
 // re-announcement of a large pool is published at once.
 constexpr size_t kMaxEventsPerBatch = 1024;
+// How long the thread waits after a wake-up before taking the queue.
+constexpr auto kCoalesce = std::chrono::microseconds(200);
 
 // vLLM's ZmqEventPublisher binds when the endpoint names a wildcard or a
 // local transport, and connects otherwise (to a router that binds).
@@ -162,6 +164,10 @@ void KvEventPublisher::run() {
     if (items[0].revents & ZMQ_POLLIN) {
       uint64_t count = 0;
       (void)!read(wake_fd_, &count, sizeof count);
+      // The cache reports a request's blocks one at a time, a fraction of a
+      // microsecond apart: a moment's wait lets them go out as one
+      // BlockStored instead of the first alone.
+      std::this_thread::sleep_for(kCoalesce);
     }
     publishQueued();
     if (router_ != nullptr && (items[1].revents & ZMQ_POLLIN)) answerReplay();

@@ -16,8 +16,10 @@
 // Never blocks the cache: blockStored/blockRemoved append to a bounded queue
 // (dropped and counted when full; a later re-announcement repairs a dropped
 // BlockStored) and wake the publisher's thread through an eventfd; that
-// thread alone owns the sockets, merges consecutive blocks of one chain into
-// one BlockStored as vLLM does per request, encodes and sends.
+// thread alone owns the sockets, waits 200 µs after a wake-up so that a
+// request's blocks (reported one by one) are queued together, merges
+// consecutive blocks of one chain into one BlockStored as vLLM does per
+// request, encodes and sends.
 //
 // Privacy: events carry the prompts' token ids (routers recompute their keys
 // from them), so the endpoints must be reachable by the router only.
