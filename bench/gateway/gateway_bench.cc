@@ -206,8 +206,9 @@ struct AgentStats {
   // best score was shared (then sent in turn), zero scores included.
   std::vector<ReplicaStats> replicas;
   size_t next_replica = 0;  // round robin, and the oracle's ties
-  std::vector<double> route_ms;
+  std::vector<double> route_ms, render_ms, score_ms;
   int64_t oracle_blocks = 0, oracle_ties = 0, oracle_zero = 0;
+  std::vector<ReplicaStats> turns;  // the same counts per turn (all replicas)
 };
 
 std::string words(std::mt19937& rng, int n) {
@@ -281,6 +282,7 @@ awaitable<size_t> route(asio::ssl::context& tls, const Args& args, const std::st
   http::response_parser<http::string_body> parser;
   parser.body_limit(64 << 20);
   co_await http::async_read(*c->stream, c->buffer, parser, use_awaitable);
+  const auto t1 = Clock::now();
   const json rendered = json::parse(parser.get().body(), nullptr, false);
   if (parser.get().result_int() != 200 || !rendered.is_object() || !rendered.contains("token_ids")) {
     throw std::runtime_error("render: HTTP " + std::to_string(parser.get().result_int()) + " " +
@@ -288,6 +290,8 @@ awaitable<size_t> route(asio::ssl::context& tls, const Args& args, const std::st
   }
   // ... scored by the index; a replica is named HOST:PORT (llm-d's pod id) or PORT.
   const json scores = co_await oracleScores(args, conns, rendered["token_ids"]);
+  stats.render_ms.push_back(ms(t1 - t0));
+  stats.score_ms.push_back(ms(Clock::now() - t1));
   std::vector<int64_t> blocks(n, 0);
   for (const auto& [name, value] : scores.items()) {
     if (!value.is_number_integer()) continue;
@@ -390,7 +394,9 @@ awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int sess
       stats.server_ttft_ms.push_back(timingValue(b, "ttft"));
       stats.latency_ms.push_back(latency);
       ReplicaStats& rs = stats.replicas[replica];
+      ReplicaStats& ts = stats.turns[static_cast<size_t>(turn)];
       ++rs.requests;
+      ++ts.requests;
       if (usage.is_object()) {
         const int64_t prompt = usage.value("prompt_tokens", 0), cached = usage.value("prompt_cache_hit_tokens", 0);
         stats.output_tokens += usage.value("completion_tokens", 0);
@@ -398,6 +404,8 @@ awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int sess
         stats.cached_tokens += cached;
         rs.prompt_tokens += prompt;
         rs.cached_tokens += cached;
+        ts.prompt_tokens += prompt;
+        ts.cached_tokens += cached;
       }
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     }
@@ -413,6 +421,7 @@ json runAgent(asio::ssl::context& tls, const Args& args) {
   asio::io_context io;
   AgentStats stats;
   stats.replicas.resize(args.ports.size());
+  stats.turns.resize(static_cast<size_t>(std::max(args.turns, 0)));
   const auto start = Clock::now();
   for (int i = 0; i < args.sessions; ++i) asio::co_spawn(io, agentSession(tls, args, i, stats), asio::detached);
   io.run();
@@ -427,6 +436,8 @@ json runAgent(asio::ssl::context& tls, const Args& args) {
                         {"hit_rate", ratio(rs.cached_tokens, rs.prompt_tokens)}});
     replica_requests.push_back(rs.requests);
   }
+  json turn_hit_rate = json::array();
+  for (const ReplicaStats& ts : stats.turns) turn_hit_rate.push_back(ratio(ts.cached_tokens, ts.prompt_tokens));
   json out = {{"mode", "agent"},
               {"label", args.label},
               {"sessions", args.sessions},
@@ -447,10 +458,13 @@ json runAgent(asio::ssl::context& tls, const Args& args) {
               {"output_tokens", stats.output_tokens},
               {"output_tokens_per_s", double(stats.output_tokens) / wall},
               {"requests_per_s", double(stats.latency_ms.size()) / wall},
+              {"turn_hit_rate", turn_hit_rate},
               {"replica_requests", replica_requests},
               {"replicas", replicas}};
   if (args.route == "oracle") {
     out["route_ms"] = summary(stats.route_ms);
+    out["render_ms"] = summary(stats.render_ms);
+    out["score_ms"] = summary(stats.score_ms);
     out["oracle_blocks"] = stats.oracle_blocks;
     out["oracle_ties"] = stats.oracle_ties;
     out["oracle_zero_scores"] = stats.oracle_zero;
