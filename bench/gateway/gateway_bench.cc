@@ -245,16 +245,18 @@ awaitable<SessionConnections::Tls*> replicaConnection(asio::ssl::context& tls, c
   co_return &c;
 }
 
+awaitable<void> connectOracle(const Args& args, SessionConnections& conns) {
+  const size_t colon = args.oracle.rfind(':');
+  conns.oracle = std::make_unique<beast::tcp_stream>(co_await asio::this_coro::executor);
+  asio::ip::tcp::endpoint endpoint(asio::ip::make_address(args.oracle.substr(0, colon)),
+                                   static_cast<uint16_t>(std::stoi(args.oracle.substr(colon + 1))));
+  co_await conns.oracle->async_connect(endpoint, use_awaitable);
+  conns.oracle->socket().set_option(asio::ip::tcp::no_delay(true));
+}
+
 // The index's POST /score for `ids`: {replica name: matched blocks}.
 awaitable<json> oracleScores(const Args& args, SessionConnections& conns, const json& ids) {
-  const size_t colon = args.oracle.rfind(':');
-  if (!conns.oracle) {
-    conns.oracle = std::make_unique<beast::tcp_stream>(co_await asio::this_coro::executor);
-    asio::ip::tcp::endpoint endpoint(asio::ip::make_address(args.oracle.substr(0, colon)),
-                                     static_cast<uint16_t>(std::stoi(args.oracle.substr(colon + 1))));
-    co_await conns.oracle->async_connect(endpoint, use_awaitable);
-    conns.oracle->socket().set_option(asio::ip::tcp::no_delay(true));
-  }
+  if (!conns.oracle) co_await connectOracle(args, conns);
   auto req = post(args, "", "/score",
                   json{{"token_ids", ids}, {"model", args.oracle_model.empty() ? args.model : args.oracle_model}}.dump());
   req.set(http::field::host, args.oracle);
@@ -321,13 +323,12 @@ awaitable<size_t> route(asio::ssl::context& tls, const Args& args, const std::st
   co_return chosen;
 }
 
-awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int session, AgentStats& stats) {
+awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int session, SessionConnections& conns,
+                             AgentStats& stats) {
   std::mt19937 rng(1000 + session);
   // Sessions take the keys in turn: with several keys, several teams.
   const size_t team = static_cast<size_t>(session) % args.keys.size();
   const std::string& key = args.keys[team];
-  SessionConnections conns;
-  conns.replicas.resize(args.ports.size());
   try {
     // Every session of a team has the team's system prompt (the agent's
     // instructions and tools); the first team's is the one a single key has.
@@ -417,13 +418,35 @@ awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int sess
 
 double ratio(int64_t a, int64_t b) { return b ? double(a) / double(b) : 0.0; }
 
+// The sessions' connections to the index, opened one after another before
+// the sessions start, as a router keeps its own: opened all at once, they
+// would overflow a small listen backlog (Python's http.server listens with 5)
+// and wait a second for the SYN's retransmission.
+awaitable<void> connectOracles(const Args& args, std::vector<SessionConnections>& conns) {
+  try {
+    for (SessionConnections& c : conns) co_await connectOracle(args, c);
+  } catch (const std::exception& e) {
+    std::cerr << "oracle " << args.oracle << ": " << e.what() << "\n";
+    for (SessionConnections& c : conns) c.oracle.reset();  // the sessions try again, and report
+  }
+}
+
 json runAgent(asio::ssl::context& tls, const Args& args) {
   asio::io_context io;
   AgentStats stats;
   stats.replicas.resize(args.ports.size());
   stats.turns.resize(static_cast<size_t>(std::max(args.turns, 0)));
+  std::vector<SessionConnections> conns(static_cast<size_t>(std::max(args.sessions, 0)));
+  for (SessionConnections& c : conns) c.replicas.resize(args.ports.size());
+  if (args.route == "oracle") {
+    asio::co_spawn(io, connectOracles(args, conns), asio::detached);
+    io.run();
+    io.restart();
+  }
   const auto start = Clock::now();
-  for (int i = 0; i < args.sessions; ++i) asio::co_spawn(io, agentSession(tls, args, i, stats), asio::detached);
+  for (int i = 0; i < args.sessions; ++i) {
+    asio::co_spawn(io, agentSession(tls, args, i, conns[static_cast<size_t>(i)], stats), asio::detached);
+  }
   io.run();
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
   json replicas = json::array(), replica_requests = json::array();
