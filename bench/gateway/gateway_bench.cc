@@ -15,6 +15,16 @@
 //     a long system prompt, a growing conversation (each reply appended before
 //     the next user turn), streamed; time to the first content token as the
 //     client sees it, end-to-end latency and output tokens per second.
+//     Several replicas (--ports) and several teams (--keys: session i uses
+//     key i mod K, and each key's sessions share their own system prompt):
+//     --route first (every request to the first port: one replica, or a
+//     balancer in front), round-robin (each request to the next replica in
+//     turn), or oracle (the conversation rendered to token ids by
+//     /v1/chat/completions/render on the first replica, scored by an llm-d
+//     like index's POST /score at --oracle, sent to the replica with the most
+//     matched blocks, ties in turn). One connection per (session, replica),
+//     opened when first used. Reports the cache hit rate overall and per
+//     replica (docs/benchmarks.md, "Routing by prefix across three replicas").
 //
 // Random-weight replies run to max_tokens (the bench preset), so every run does
 // the same work.
@@ -22,7 +32,9 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,7 +61,12 @@ struct Args {
   std::string mode = "overhead";
   std::string host = "127.0.0.1";
   uint16_t port = 8443;
+  std::vector<uint16_t> ports;  // agent: the replicas (default: --port)
   std::string key;
+  std::vector<std::string> keys;  // agent: one per team (default: --key)
+  std::string route = "first";
+  std::string oracle;        // HOST:PORT of the index's plain-HTTP POST /score
+  std::string oracle_model;  // the model in the events' topic (default: --model)
   std::string ca_file;
   std::string model = "deepseek-chat";
   std::string label;
@@ -84,17 +101,18 @@ double timingValue(std::string_view header, std::string_view name) {
   return std::atof(std::string(header.substr(at + needle.size())).c_str());
 }
 
-awaitable<void> connect(Stream& stream, const Args& args) {
-  asio::ip::tcp::endpoint endpoint(asio::ip::make_address(args.host), args.port);
+awaitable<void> connect(Stream& stream, const Args& args, uint16_t port) {
+  asio::ip::tcp::endpoint endpoint(asio::ip::make_address(args.host), port);
   co_await beast::get_lowest_layer(stream).async_connect(endpoint, use_awaitable);
   beast::get_lowest_layer(stream).socket().set_option(asio::ip::tcp::no_delay(true));
   co_await stream.async_handshake(asio::ssl::stream_base::client, use_awaitable);
 }
 
-http::request<http::string_body> post(const Args& args, std::string target, std::string body) {
+http::request<http::string_body> post(const Args& args, const std::string& key, std::string target,
+                                      std::string body) {
   http::request<http::string_body> req{http::verb::post, target, 11};
   req.set(http::field::host, args.host);
-  req.set(http::field::authorization, "Bearer " + args.key);
+  if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
   req.set(http::field::content_type, "application/json");
   req.keep_alive(true);
   req.body() = std::move(body);
@@ -113,7 +131,7 @@ awaitable<void> overheadConnection(asio::ssl::context& tls, const Args& args, in
                                    OverheadStats& stats) {
   Stream stream(co_await asio::this_coro::executor, tls);
   try {
-    co_await connect(stream, args);
+    co_await connect(stream, args, args.port);
     beast::flat_buffer buffer;
     for (int n = 0; Clock::now() < end; ++n) {
       // A different short prompt each time, so that no request is a pure cache hit.
@@ -122,7 +140,7 @@ awaitable<void> overheadConnection(asio::ssl::context& tls, const Args& args, in
                          {"temperature", 0},
                          {"messages", {{{"role", "user"}, {"content", "conn " + std::to_string(index) + " request " +
                                                                           std::to_string(n) + ": hello"}}}}};
-      auto req = post(args, "/v1/chat/completions", body.dump());
+      auto req = post(args, args.key, "/v1/chat/completions", body.dump());
       const auto t0 = Clock::now();
       co_await http::async_write(stream, req, use_awaitable);
       http::response<http::string_body> res;
@@ -174,11 +192,23 @@ json runOverhead(asio::ssl::context& tls, const Args& args) {
 
 // --------------------------------------------------------------------- agent
 
+struct ReplicaStats {
+  int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0;
+};
+
 struct AgentStats {
   std::vector<double> ttft_ms, server_ttft_ms, latency_ms;
   std::vector<double> first_turn_ttft_ms, later_turn_ttft_ms;
   int64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
   int errors = 0;
+  // Routing: per replica, and for the oracle the time to render and score,
+  // the blocks the chosen replica was said to hold, and the requests whose
+  // best score was shared (then sent in turn), zero scores included.
+  std::vector<ReplicaStats> replicas;
+  size_t next_replica = 0;  // round robin, and the oracle's ties
+  std::vector<double> route_ms, render_ms, score_ms;
+  int64_t oracle_blocks = 0, oracle_ties = 0, oracle_zero = 0;
+  std::vector<ReplicaStats> turns;  // the same counts per turn (all replicas)
 };
 
 std::string words(std::mt19937& rng, int n) {
@@ -193,21 +223,127 @@ std::string words(std::mt19937& rng, int n) {
   return out;
 }
 
-awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int session, AgentStats& stats) {
-  Stream stream(co_await asio::this_coro::executor, tls);
-  std::mt19937 rng(1000 + session);
-  try {
-    co_await connect(stream, args);
+// A session's connections: one per replica, opened when first used, and one
+// (plain HTTP) to the oracle.
+struct SessionConnections {
+  struct Tls {
+    std::unique_ptr<Stream> stream;
     beast::flat_buffer buffer;
-    // Every session has the same system prompt (the agent's instructions and tools).
-    std::mt19937 shared_rng(7);
+  };
+  std::vector<Tls> replicas;
+  std::unique_ptr<beast::tcp_stream> oracle;
+  beast::flat_buffer oracle_buffer;
+};
+
+awaitable<SessionConnections::Tls*> replicaConnection(asio::ssl::context& tls, const Args& args,
+                                                      SessionConnections& conns, size_t r) {
+  SessionConnections::Tls& c = conns.replicas[r];
+  if (!c.stream) {
+    c.stream = std::make_unique<Stream>(co_await asio::this_coro::executor, tls);
+    co_await connect(*c.stream, args, args.ports[r]);
+  }
+  co_return &c;
+}
+
+awaitable<void> connectOracle(const Args& args, SessionConnections& conns) {
+  const size_t colon = args.oracle.rfind(':');
+  conns.oracle = std::make_unique<beast::tcp_stream>(co_await asio::this_coro::executor);
+  asio::ip::tcp::endpoint endpoint(asio::ip::make_address(args.oracle.substr(0, colon)),
+                                   static_cast<uint16_t>(std::stoi(args.oracle.substr(colon + 1))));
+  co_await conns.oracle->async_connect(endpoint, use_awaitable);
+  conns.oracle->socket().set_option(asio::ip::tcp::no_delay(true));
+}
+
+// The index's POST /score for `ids`: {replica name: matched blocks}.
+awaitable<json> oracleScores(const Args& args, SessionConnections& conns, const json& ids) {
+  if (!conns.oracle) co_await connectOracle(args, conns);
+  auto req = post(args, "", "/score",
+                  json{{"token_ids", ids}, {"model", args.oracle_model.empty() ? args.model : args.oracle_model}}.dump());
+  req.set(http::field::host, args.oracle);
+  co_await http::async_write(*conns.oracle, req, use_awaitable);
+  http::response<http::string_body> res;
+  co_await http::async_read(*conns.oracle, conns.oracle_buffer, res, use_awaitable);
+  const json j = json::parse(res.body(), nullptr, false);
+  if (res.result_int() != 200 || !j.is_object() || !j.contains("scores") || !j["scores"].is_object()) {
+    throw std::runtime_error("oracle /score: HTTP " + std::to_string(res.result_int()) + " " + res.body().substr(0, 200));
+  }
+  co_return j["scores"];
+}
+
+// Which replica gets the next request of a session whose request body is `body`.
+awaitable<size_t> route(asio::ssl::context& tls, const Args& args, const std::string& key, SessionConnections& conns,
+                        const json& body, AgentStats& stats) {
+  const size_t n = args.ports.size();
+  if (args.route == "first") co_return 0;
+  if (args.route == "round-robin") co_return stats.next_replica++ % n;
+  // oracle: the server's own token ids (its tokenizer and chat template) ...
+  const auto t0 = Clock::now();
+  SessionConnections::Tls* c = co_await replicaConnection(tls, args, conns, 0);
+  auto req = post(args, key, "/v1/chat/completions/render", body.dump());
+  co_await http::async_write(*c->stream, req, use_awaitable);
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64 << 20);
+  co_await http::async_read(*c->stream, c->buffer, parser, use_awaitable);
+  const auto t1 = Clock::now();
+  const json rendered = json::parse(parser.get().body(), nullptr, false);
+  if (parser.get().result_int() != 200 || !rendered.is_object() || !rendered.contains("token_ids")) {
+    throw std::runtime_error("render: HTTP " + std::to_string(parser.get().result_int()) + " " +
+                             parser.get().body().substr(0, 200));
+  }
+  // ... scored by the index; a replica is named HOST:PORT (llm-d's pod id) or PORT.
+  const json scores = co_await oracleScores(args, conns, rendered["token_ids"]);
+  stats.render_ms.push_back(ms(t1 - t0));
+  stats.score_ms.push_back(ms(Clock::now() - t1));
+  std::vector<int64_t> blocks(n, 0);
+  for (const auto& [name, value] : scores.items()) {
+    if (!value.is_number_integer()) continue;
+    const size_t colon = name.rfind(':');
+    const std::string port = colon == std::string::npos ? name : name.substr(colon + 1);
+    for (size_t r = 0; r < n; ++r) {
+      if (port == std::to_string(args.ports[r])) blocks[r] = std::max(blocks[r], value.get<int64_t>());
+    }
+  }
+  const int64_t top = *std::max_element(blocks.begin(), blocks.end());
+  const auto tied = std::count(blocks.begin(), blocks.end(), top);
+  size_t chosen = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r = (stats.next_replica + i) % n;
+    if (blocks[r] == top) {
+      chosen = r;
+      break;
+    }
+  }
+  if (tied > 1) {
+    ++stats.oracle_ties;
+    stats.next_replica = chosen + 1;
+  }
+  if (top == 0) ++stats.oracle_zero;
+  stats.oracle_blocks += top;
+  stats.route_ms.push_back(ms(Clock::now() - t0));
+  co_return chosen;
+}
+
+awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int session, SessionConnections& conns,
+                             AgentStats& stats) {
+  std::mt19937 rng(1000 + session);
+  // Sessions take the keys in turn: with several keys, several teams.
+  const size_t team = static_cast<size_t>(session) % args.keys.size();
+  const std::string& key = args.keys[team];
+  try {
+    // Every session of a team has the team's system prompt (the agent's
+    // instructions and tools); the first team's is the one a single key has.
+    std::mt19937 shared_rng(static_cast<std::mt19937::result_type>(7 + team));
     json messages = json::array({{{"role", "system"}, {"content", words(shared_rng, args.system_words)}}});
     for (int turn = 0; turn < args.turns; ++turn) {
       messages.push_back({{"role", "user"}, {"content", "session " + std::to_string(session) + ": " + words(rng, args.turn_words)}});
       const json body = {{"model", args.model},           {"messages", messages},
                          {"max_tokens", args.reply_tokens}, {"temperature", 0},
                          {"stream", true},                 {"stream_options", {{"include_usage", true}}}};
-      auto req = post(args, "/v1/chat/completions", body.dump());
+      const size_t replica = co_await route(tls, args, key, conns, body, stats);
+      SessionConnections::Tls* conn = co_await replicaConnection(tls, args, conns, replica);
+      Stream& stream = *conn->stream;
+      beast::flat_buffer& buffer = conn->buffer;
+      auto req = post(args, key, "/v1/chat/completions", body.dump());
       const auto t0 = Clock::now();
       co_await http::async_write(stream, req, use_awaitable);
       http::response_parser<http::string_body> parser;
@@ -258,10 +394,19 @@ awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int sess
       (turn == 0 ? stats.first_turn_ttft_ms : stats.later_turn_ttft_ms).push_back(ttft);
       stats.server_ttft_ms.push_back(timingValue(b, "ttft"));
       stats.latency_ms.push_back(latency);
+      ReplicaStats& rs = stats.replicas[replica];
+      ReplicaStats& ts = stats.turns[static_cast<size_t>(turn)];
+      ++rs.requests;
+      ++ts.requests;
       if (usage.is_object()) {
+        const int64_t prompt = usage.value("prompt_tokens", 0), cached = usage.value("prompt_cache_hit_tokens", 0);
         stats.output_tokens += usage.value("completion_tokens", 0);
-        stats.prompt_tokens += usage.value("prompt_tokens", 0);
-        stats.cached_tokens += usage.value("prompt_cache_hit_tokens", 0);
+        stats.prompt_tokens += prompt;
+        stats.cached_tokens += cached;
+        rs.prompt_tokens += prompt;
+        rs.cached_tokens += cached;
+        ts.prompt_tokens += prompt;
+        ts.cached_tokens += cached;
       }
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     }
@@ -271,31 +416,83 @@ awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int sess
   }
 }
 
+double ratio(int64_t a, int64_t b) { return b ? double(a) / double(b) : 0.0; }
+
+// The sessions' connections to the index, opened one after another before
+// the sessions start, as a router keeps its own: opened all at once, they
+// would overflow a small listen backlog (Python's http.server listens with 5)
+// and wait a second for the SYN's retransmission.
+awaitable<void> connectOracles(const Args& args, std::vector<SessionConnections>& conns) {
+  try {
+    for (SessionConnections& c : conns) co_await connectOracle(args, c);
+  } catch (const std::exception& e) {
+    std::cerr << "oracle " << args.oracle << ": " << e.what() << "\n";
+    for (SessionConnections& c : conns) c.oracle.reset();  // the sessions try again, and report
+  }
+}
+
 json runAgent(asio::ssl::context& tls, const Args& args) {
   asio::io_context io;
   AgentStats stats;
+  stats.replicas.resize(args.ports.size());
+  stats.turns.resize(static_cast<size_t>(std::max(args.turns, 0)));
+  std::vector<SessionConnections> conns(static_cast<size_t>(std::max(args.sessions, 0)));
+  for (SessionConnections& c : conns) c.replicas.resize(args.ports.size());
+  if (args.route == "oracle") {
+    asio::co_spawn(io, connectOracles(args, conns), asio::detached);
+    io.run();
+    io.restart();
+  }
   const auto start = Clock::now();
-  for (int i = 0; i < args.sessions; ++i) asio::co_spawn(io, agentSession(tls, args, i, stats), asio::detached);
+  for (int i = 0; i < args.sessions; ++i) {
+    asio::co_spawn(io, agentSession(tls, args, i, conns[static_cast<size_t>(i)], stats), asio::detached);
+  }
   io.run();
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  return {{"mode", "agent"},
-          {"label", args.label},
-          {"sessions", args.sessions},
-          {"turns", args.turns},
-          {"requests", stats.latency_ms.size()},
-          {"errors", stats.errors},
-          {"wall_s", wall},
-          {"ttft_ms", summary(stats.ttft_ms)},
-          {"first_turn_ttft_ms", summary(stats.first_turn_ttft_ms)},
-          {"later_turn_ttft_ms", summary(stats.later_turn_ttft_ms)},
-          {"server_ttft_ms", summary(stats.server_ttft_ms)},
-          {"latency_ms", summary(stats.latency_ms)},
-          {"prompt_tokens", stats.prompt_tokens},
-          {"cached_tokens", stats.cached_tokens},
-          {"hit_rate", stats.prompt_tokens ? double(stats.cached_tokens) / double(stats.prompt_tokens) : 0.0},
-          {"output_tokens", stats.output_tokens},
-          {"output_tokens_per_s", double(stats.output_tokens) / wall},
-          {"requests_per_s", double(stats.latency_ms.size()) / wall}};
+  json replicas = json::array(), replica_requests = json::array();
+  for (size_t r = 0; r < args.ports.size(); ++r) {
+    const ReplicaStats& rs = stats.replicas[r];
+    replicas.push_back({{"port", args.ports[r]},
+                        {"requests", rs.requests},
+                        {"prompt_tokens", rs.prompt_tokens},
+                        {"cached_tokens", rs.cached_tokens},
+                        {"hit_rate", ratio(rs.cached_tokens, rs.prompt_tokens)}});
+    replica_requests.push_back(rs.requests);
+  }
+  json turn_hit_rate = json::array();
+  for (const ReplicaStats& ts : stats.turns) turn_hit_rate.push_back(ratio(ts.cached_tokens, ts.prompt_tokens));
+  json out = {{"mode", "agent"},
+              {"label", args.label},
+              {"sessions", args.sessions},
+              {"turns", args.turns},
+              {"teams", args.keys.size()},
+              {"route", args.route},
+              {"requests", stats.latency_ms.size()},
+              {"errors", stats.errors},
+              {"wall_s", wall},
+              {"ttft_ms", summary(stats.ttft_ms)},
+              {"first_turn_ttft_ms", summary(stats.first_turn_ttft_ms)},
+              {"later_turn_ttft_ms", summary(stats.later_turn_ttft_ms)},
+              {"server_ttft_ms", summary(stats.server_ttft_ms)},
+              {"latency_ms", summary(stats.latency_ms)},
+              {"prompt_tokens", stats.prompt_tokens},
+              {"cached_tokens", stats.cached_tokens},
+              {"hit_rate", ratio(stats.cached_tokens, stats.prompt_tokens)},
+              {"output_tokens", stats.output_tokens},
+              {"output_tokens_per_s", double(stats.output_tokens) / wall},
+              {"requests_per_s", double(stats.latency_ms.size()) / wall},
+              {"turn_hit_rate", turn_hit_rate},
+              {"replica_requests", replica_requests},
+              {"replicas", replicas}};
+  if (args.route == "oracle") {
+    out["route_ms"] = summary(stats.route_ms);
+    out["render_ms"] = summary(stats.render_ms);
+    out["score_ms"] = summary(stats.score_ms);
+    out["oracle_blocks"] = stats.oracle_blocks;
+    out["oracle_ties"] = stats.oracle_ties;
+    out["oracle_zero_scores"] = stats.oracle_zero;
+  }
+  return out;
 }
 
 }  // namespace
@@ -305,8 +502,18 @@ int main(int argc, char** argv) {
   CLI::App app{"Load against a running latentgate serve over TLS (docs/benchmarks.md)"};
   app.add_option("--mode", args.mode, "overhead or agent")->check(CLI::IsMember({"overhead", "agent"}));
   app.add_option("--host", args.host, "Server address (default 127.0.0.1)");
-  app.add_option("--port", args.port, "Server port")->required();
-  app.add_option("--key", args.key, "API key")->required();
+  auto* port = app.add_option("--port", args.port, "Server port");
+  app.add_option("--ports", args.ports, "agent: the replicas' ports, P1,P2,... (instead of --port)")
+      ->delimiter(',')
+      ->excludes(port);
+  auto* key = app.add_option("--key", args.key, "API key");
+  app.add_option("--keys", args.keys, "agent: API keys K1,K2,..., one per team; session i uses key i mod K (instead of --key)")
+      ->delimiter(',')
+      ->excludes(key);
+  app.add_option("--route", args.route, "agent: first (default), round-robin or oracle")
+      ->check(CLI::IsMember({"first", "round-robin", "oracle"}));
+  app.add_option("--oracle", args.oracle, "agent, --route oracle: HOST:PORT of the index's POST /score (plain HTTP)");
+  app.add_option("--oracle-model", args.oracle_model, "agent, --route oracle: the model of the events' topic (default --model)");
   app.add_option("--ca", args.ca_file, "CA certificate to trust (DATA/tls/ca.crt)")->required();
   app.add_option("--model", args.model, "Model name (default deepseek-chat)");
   app.add_option("--label", args.label, "Label copied into the output");
@@ -318,6 +525,26 @@ int main(int argc, char** argv) {
   app.add_option("--turn-words", args.turn_words, "agent: words per user turn (default 60)");
   app.add_option("--reply-tokens", args.reply_tokens, "agent: max_tokens per reply (default 32)");
   CLI11_PARSE(app, argc, argv);
+  if (args.ports.empty() && app.count("--port") == 0) {
+    std::cerr << "gateway_bench: --port or --ports is required\n";
+    return 2;
+  }
+  if (args.keys.empty() && args.key.empty()) {
+    std::cerr << "gateway_bench: --key or --keys is required\n";
+    return 2;
+  }
+  if (args.ports.empty()) args.ports = {args.port};
+  if (args.keys.empty()) args.keys = {args.key};
+  args.port = args.ports[0];
+  args.key = args.keys[0];
+  if (args.mode == "overhead" && (args.ports.size() > 1 || args.keys.size() > 1)) {
+    std::cerr << "gateway_bench: --mode overhead takes one port and one key\n";
+    return 2;
+  }
+  if (args.route == "oracle" && args.oracle.find(':') == std::string::npos) {
+    std::cerr << "gateway_bench: --route oracle needs --oracle HOST:PORT\n";
+    return 2;
+  }
 
   asio::ssl::context tls(asio::ssl::context::tls_client);
   tls.set_verify_mode(asio::ssl::verify_peer);
