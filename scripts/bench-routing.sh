@@ -10,10 +10,15 @@
 #                token ids by /v1/chat/completions/render, scored by an index
 #                of llm-d's (tests/integration/kv_events/llmd_index.py serve)
 #                fed by every replica's KV events, and sent to the replica
-#                holding its longest prefix (ties in turn).
+#                holding its longest prefix (ties in turn);
+#   oracle-speculative: the same with llm-d's speculative indexing (the
+#                precise scorer's speculativeIndexing, speculativeTTL 2 s): the
+#                index counts a request's blocks as held by the replica it was
+#                sent to until that replica's events say so, so a team's
+#                sessions that start together follow the first one.
 # Every run starts its replicas on fresh data directories (empty cache, disk
 # tier included) and its own index, so no run warms another; the workload is
-# the same in every run. ROUNDS rounds of the four; medians per route.
+# the same in every run. ROUNDS rounds of the five; medians per route.
 #
 # The replicas share their API keys through one private PostgreSQL
 # (billing.postgres_url): nginx hashes the Authorization header, so a team's
@@ -145,7 +150,7 @@ for r in $(seq 1 "$rounds"); do
   stop_pids
 
   # Three replicas for each of the others.
-  for route in round-robin nginx-hash oracle; do
+  for route in round-robin nginx-hash oracle oracle-speculative; do
     ports=(); pods=(); replays=()
     for i in 0 1 2; do
       start_replica "$route-$r-$i"
@@ -223,14 +228,16 @@ print(json.dumps(out))
 EOF
 )
         ;;
-      oracle)
+      oracle|oracle-speculative)
         oracle_port=$(free_port)
+        spec=(); spec_flag=(); label=oracle
+        if [[ $route == oracle-speculative ]]; then spec=(--speculative-ttl 2); spec_flag=(--speculate); label=oracle_speculative; fi
         /usr/bin/python3 "$index" serve --listen "127.0.0.1:$oracle_port" --model demo "${pods[@]}" "${replays[@]}" --catch-up \
-          >"$work/oracle-$r.log" 2>&1 &
+          "${spec[@]}" >"$work/oracle-$r.log" 2>&1 &
         pids+=($!)
         for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$oracle_port/healthz" >/dev/null && break; sleep 0.1; done
         sleep 1  # the SUB sockets' subscriptions reach the publishers
-        line=$(agent "oracle_$r" --ports "$ports_csv" --route oracle --oracle "127.0.0.1:$oracle_port")
+        line=$(agent "${label}_$r" --ports "$ports_csv" --route oracle --oracle "127.0.0.1:$oracle_port" "${spec_flag[@]}")
         curl -sf "http://127.0.0.1:$oracle_port/stats" >"$work/oracle-$r.stats" || true
         python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); print("oracle index:", json.dumps(s["counts"]), "pods:", json.dumps({k: {x: v[x] for x in ("received", "restarts", "gaps", "error_count")} for k, v in s["pods"].items()}))' \
           "$work/oracle-$r.stats" >&2 || true
@@ -246,7 +253,8 @@ import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 order = [("single", "single replica (baseline)"), ("round_robin", "round robin over 3"),
          ("nginx_hash", "nginx `hash $http_authorization consistent` over 3"),
-         ("oracle", "longest-prefix oracle over 3 (llm-d index)")]
+         ("oracle", "longest-prefix oracle over 3 (llm-d index)"),
+         ("oracle_speculative", "the oracle with speculative indexing (2 s)")]
 by = {k: [r for r in runs if r["label"].rsplit("_", 1)[0] == k] for k, _ in order}
 med = {k: statistics.median(r["hit_rate"] for r in v) for k, v in by.items() if v}
 print()
@@ -263,11 +271,12 @@ for k, name in order:
         " / ".join(str(x) for x in m["replica_requests"]), sum(r["errors"] for r in v)))
 print()
 print("per round, hit rates:", "; ".join("%s %s" % (k, ", ".join("%.1f%%" % (100 * r["hit_rate"]) for r in by[k])) for k, _ in order))
-for r in by["oracle"]:
+for r in by["oracle"] + by["oracle_speculative"]:
     print("%s: %d of %d requests scored 0 everywhere (sent in turn), %d ties; routing ms p50 %.1f p90 %.1f (render p50 %.1f p90 %.1f, score p50 %.1f p90 %.1f)" % (
         r["label"], r["oracle_zero_scores"], r["requests"], r["oracle_ties"], r["route_ms"]["p50"], r["route_ms"]["p90"],
         r["render_ms"]["p50"], r["render_ms"]["p90"], r["score_ms"]["p50"], r["score_ms"]["p90"]))
-if "oracle" in med:
-    d = 100 * (med["oracle"] - med["single"])
-    print("oracle - single = %+.1f points: %s (goal: within 5 points)" % (d, "met" if abs(d) <= 5 else "missed"))
+for k in ("oracle", "oracle_speculative"):
+    if k in med:
+        d = 100 * (med[k] - med["single"])
+        print("%s - single = %+.1f points: %s (goal: within 5 points)" % (k, d, "met" if abs(d) <= 5 else "missed"))
 EOF

@@ -67,6 +67,7 @@ struct Args {
   std::string route = "first";
   std::string oracle;        // HOST:PORT of the index's plain-HTTP POST /score
   std::string oracle_model;  // the model in the events' topic (default: --model)
+  bool speculate = false;    // oracle: tell the index where each request went (POST /speculate)
   std::string ca_file;
   std::string model = "deepseek-chat";
   std::string label;
@@ -254,19 +255,26 @@ awaitable<void> connectOracle(const Args& args, SessionConnections& conns) {
   conns.oracle->socket().set_option(asio::ip::tcp::no_delay(true));
 }
 
-// The index's POST /score for `ids`: {replica name: matched blocks}.
-awaitable<json> oracleScores(const Args& args, SessionConnections& conns, const json& ids) {
+// The index's POST `path` with `body`; its JSON answer.
+awaitable<json> oracleCall(const Args& args, SessionConnections& conns, const std::string& path, const json& body) {
   if (!conns.oracle) co_await connectOracle(args, conns);
-  auto req = post(args, "", "/score",
-                  json{{"token_ids", ids}, {"model", args.oracle_model.empty() ? args.model : args.oracle_model}}.dump());
+  auto req = post(args, "", path, body.dump());
   req.set(http::field::host, args.oracle);
   co_await http::async_write(*conns.oracle, req, use_awaitable);
   http::response<http::string_body> res;
   co_await http::async_read(*conns.oracle, conns.oracle_buffer, res, use_awaitable);
   const json j = json::parse(res.body(), nullptr, false);
-  if (res.result_int() != 200 || !j.is_object() || !j.contains("scores") || !j["scores"].is_object()) {
-    throw std::runtime_error("oracle /score: HTTP " + std::to_string(res.result_int()) + " " + res.body().substr(0, 200));
+  if (res.result_int() != 200 || !j.is_object()) {
+    throw std::runtime_error("oracle " + path + ": HTTP " + std::to_string(res.result_int()) + " " + res.body().substr(0, 200));
   }
+  co_return j;
+}
+
+// The index's POST /score for `ids`: {replica name: matched blocks}.
+awaitable<json> oracleScores(const Args& args, SessionConnections& conns, const json& ids) {
+  const json body = {{"token_ids", ids}, {"model", args.oracle_model.empty() ? args.model : args.oracle_model}};
+  const json j = co_await oracleCall(args, conns, std::string("/score"), body);
+  if (!j.contains("scores") || !j["scores"].is_object()) throw std::runtime_error("oracle /score: no scores");
   co_return j["scores"];
 }
 
@@ -295,12 +303,16 @@ awaitable<size_t> route(asio::ssl::context& tls, const Args& args, const std::st
   stats.render_ms.push_back(ms(t1 - t0));
   stats.score_ms.push_back(ms(Clock::now() - t1));
   std::vector<int64_t> blocks(n, 0);
+  std::vector<std::string> names(n);  // the index's name of each replica
   for (const auto& [name, value] : scores.items()) {
     if (!value.is_number_integer()) continue;
     const size_t colon = name.rfind(':');
     const std::string port = colon == std::string::npos ? name : name.substr(colon + 1);
     for (size_t r = 0; r < n; ++r) {
-      if (port == std::to_string(args.ports[r])) blocks[r] = std::max(blocks[r], value.get<int64_t>());
+      if (port == std::to_string(args.ports[r])) {
+        blocks[r] = std::max(blocks[r], value.get<int64_t>());
+        names[r] = name;
+      }
     }
   }
   const int64_t top = *std::max_element(blocks.begin(), blocks.end());
@@ -319,6 +331,14 @@ awaitable<size_t> route(asio::ssl::context& tls, const Args& args, const std::st
   }
   if (top == 0) ++stats.oracle_zero;
   stats.oracle_blocks += top;
+  // llm-d's speculative indexing: the request's blocks count as on the chosen
+  // replica before its events say so, so that its team's next sessions follow.
+  if (args.speculate && !names[chosen].empty()) {
+    const json speculation = {{"token_ids", rendered["token_ids"]},
+                              {"model", args.oracle_model.empty() ? args.model : args.oracle_model},
+                              {"pod", names[chosen]}};
+    co_await oracleCall(args, conns, std::string("/speculate"), speculation);
+  }
   stats.route_ms.push_back(ms(Clock::now() - t0));
   co_return chosen;
 }
@@ -514,6 +534,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"first", "round-robin", "oracle"}));
   app.add_option("--oracle", args.oracle, "agent, --route oracle: HOST:PORT of the index's POST /score (plain HTTP)");
   app.add_option("--oracle-model", args.oracle_model, "agent, --route oracle: the model of the events' topic (default --model)");
+  app.add_flag("--speculate", args.speculate,
+               "agent, --route oracle: POST /speculate the chosen replica (the index's --speculative-ttl, llm-d's speculativeIndexing)");
   app.add_option("--ca", args.ca_file, "CA certificate to trust (DATA/tls/ca.crt)")->required();
   app.add_option("--model", args.model, "Model name (default deepseek-chat)");
   app.add_option("--label", args.label, "Label copied into the output");

@@ -357,6 +357,7 @@ class Index:
         self.lock = threading.RLock()
         self.engine = {}     # pod -> {engine hash: [request keys]}
         self.where = {}      # request key -> {(pod, medium)}
+        self.speculative = {}  # request key -> {pod: time.monotonic() until which it counts}
         self.counts = {"stored": 0, "stored_blocks": 0, "dropped_unknown_parent": 0, "removed": 0,
                        "removed_unknown": 0, "cleared": 0, "tier_updates": 0}
         self.dropped = []    # (pod, event) of the BlockStored dropped for an unknown parent
@@ -438,14 +439,43 @@ class Index:
         with self.lock:
             return {p for (p, _) in self.where.get(rk, ())}
 
-    def longest_prefix(self, tokens, model, pods=()):
-        """Per pod, how many leading blocks of `tokens` it holds (any tier), consecutively."""
+    def speculate(self, tokens, model, pod, ttl):
+        """llm-d's speculative indexing (the precise scorer's speculativeIndexing,
+        speculativeTTL): the router takes the blocks of a request it just sent to
+        `pod` as held there for `ttl` seconds, before the pod's events say so, so
+        that requests with the same prefix that arrive meanwhile follow it."""
         keys = request_keys(tokens, model, None, self.block_size, seed=self.seed)
+        now = time.monotonic()
+        until = now + ttl
+        with self.lock:
+            for rk in list(self.speculative):  # what expired goes: the map stays bounded by the TTL
+                self._speculative_pods(rk, now)
+            for rk in keys:
+                self.speculative.setdefault(rk, {})[pod] = until
+            self.counts["speculated_blocks"] = self.counts.get("speculated_blocks", 0) + len(keys)
+
+    def _speculative_pods(self, rk, now):
+        held = self.speculative.get(rk)
+        if not held:
+            return set()
+        live = {p for p, until in held.items() if until > now}
+        if len(live) != len(held):
+            for p in [p for p, until in held.items() if until <= now]:
+                del held[p]
+            if not held:
+                del self.speculative[rk]
+        return live
+
+    def longest_prefix(self, tokens, model, pods=()):
+        """Per pod, how many leading blocks of `tokens` it holds (any tier, or
+        speculatively), consecutively."""
+        keys = request_keys(tokens, model, None, self.block_size, seed=self.seed)
+        now = time.monotonic()
         with self.lock:
             out = {p: 0 for p in pods}
             active = None
             for i, rk in enumerate(keys):
-                here = {p for (p, _) in self.where.get(rk, ())}
+                here = {p for (p, _) in self.where.get(rk, ())} | self._speculative_pods(rk, now)
                 active = here if active is None else (active & here)
                 if not active:
                     break
@@ -755,12 +785,19 @@ def cmd_serve(args):
                 body = json.loads(self.rfile.read(n) or b"{}")
             except ValueError:
                 return self._send(400, {"error": "body is not JSON"})
-            if self.path != "/score":
+            if self.path not in ("/score", "/speculate"):
                 return self._send(404, {"error": "not found"})
             ids = body.get("token_ids")
             if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
                 return self._send(400, {"error": "token_ids must be an array of ints"})
             model = body.get("model") or args.model
+            if self.path == "/speculate":
+                if args.speculative_ttl <= 0:
+                    return self._send(404, {"error": "speculative indexing is off (--speculative-ttl)"})
+                if body.get("pod") not in names:
+                    return self._send(400, {"error": "pod must be one of %s" % names})
+                index.speculate(ids, model, body["pod"], args.speculative_ttl)
+                return self._send(200, {"ok": True})
             return self._send(200, {"scores": index.longest_prefix(ids, model, names),
                                     "blocks": len(ids) // args.block_size})
 
@@ -829,6 +866,9 @@ def main(argv=None):
     s.add_argument("--model", default="demo")
     s.add_argument("--block-size", type=int, default=BLOCK_SIZE)
     s.add_argument("--hash-seed", default="")
+    s.add_argument("--speculative-ttl", type=float, default=0.0,
+                   help="seconds a POST /speculate {token_ids, pod} counts the request's blocks as held by the pod "
+                        "(llm-d's speculativeIndexing / speculativeTTL); 0: off")
     s.set_defaults(fn=cmd_serve)
     w = sub.add_parser("watch", help="print each pod's decoded events as JSON lines")
     w.add_argument("--pod", action="append")

@@ -275,6 +275,17 @@ class IndexRules(unittest.TestCase):
         # A different first block shares nothing.
         self.assertEqual(ix.longest_prefix([1] + toks[1:], "demo", ["a"]), {"a": 0})
 
+    def test_speculative_indexing_counts_until_it_expires(self):
+        ix = L.Index()
+        toks = list(range(64 * 3))
+        self.assertEqual(ix.longest_prefix(toks, "demo", ["a", "b"]), {"a": 0, "b": 0})
+        ix.speculate(toks[:128], "demo", "b", ttl=0.3)  # a request of two blocks was sent to b
+        self.assertEqual(ix.longest_prefix(toks, "demo", ["a", "b"]), {"a": 0, "b": 2})
+        time.sleep(0.35)
+        self.assertEqual(ix.longest_prefix(toks, "demo", ["a", "b"]), {"a": 0, "b": 0})
+        ix.speculate(toks[128:], "demo", "a", ttl=5)
+        self.assertEqual(len(ix.speculative), 1)  # the expired entries were forgotten
+
     def test_teams_share_request_keys(self):
         ix = L.Index()
         toks = list(range(64 * 2))
