@@ -14,14 +14,19 @@
 //   --mode agent: N concurrent sessions of T turns each, like a coding agent:
 //     a long system prompt, a growing conversation (each reply appended before
 //     the next user turn), streamed; time to the first content token as the
-//     client sees it, end-to-end latency and output tokens per second.
+//     client sees it, end-to-end latency and output tokens per second; the
+//     share of prompt tokens served by the cache, overall and in the turns
+//     after the first (the history: earlier replies, cache.reply_ids_*);
+//     --replies-out writes the replies, so that runs can be compared.
 //
 // Random-weight replies run to max_tokens (the bench preset), so every run does
 // the same work.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,6 +65,7 @@ struct Args {
   int system_words = 1500;
   int turn_words = 60;
   int reply_tokens = 32;
+  std::string replies_out;  // agent: where to write every reply (JSON), to compare runs
 };
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -178,7 +184,9 @@ struct AgentStats {
   std::vector<double> ttft_ms, server_ttft_ms, latency_ms;
   std::vector<double> first_turn_ttft_ms, later_turn_ttft_ms;
   int64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
+  int64_t later_prompt_tokens = 0, later_cached_tokens = 0;  // turns after each session's first
   int errors = 0;
+  std::map<int, std::vector<std::string>> replies;  // by session, in turn order
 };
 
 std::string words(std::mt19937& rng, int n) {
@@ -262,7 +270,12 @@ awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int sess
         stats.output_tokens += usage.value("completion_tokens", 0);
         stats.prompt_tokens += usage.value("prompt_tokens", 0);
         stats.cached_tokens += usage.value("prompt_cache_hit_tokens", 0);
+        if (turn > 0) {
+          stats.later_prompt_tokens += usage.value("prompt_tokens", 0);
+          stats.later_cached_tokens += usage.value("prompt_cache_hit_tokens", 0);
+        }
       }
+      stats.replies[session].push_back(reply);
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     }
   } catch (const std::exception& e) {
@@ -278,6 +291,11 @@ json runAgent(asio::ssl::context& tls, const Args& args) {
   for (int i = 0; i < args.sessions; ++i) asio::co_spawn(io, agentSession(tls, args, i, stats), asio::detached);
   io.run();
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!args.replies_out.empty()) {
+    json all = json::array();
+    for (const auto& [session, replies] : stats.replies) all.push_back(replies);
+    std::ofstream(args.replies_out) << all.dump() << "\n";
+  }
   return {{"mode", "agent"},
           {"label", args.label},
           {"sessions", args.sessions},
@@ -293,6 +311,9 @@ json runAgent(asio::ssl::context& tls, const Args& args) {
           {"prompt_tokens", stats.prompt_tokens},
           {"cached_tokens", stats.cached_tokens},
           {"hit_rate", stats.prompt_tokens ? double(stats.cached_tokens) / double(stats.prompt_tokens) : 0.0},
+          {"later_turns_hit_rate", stats.later_prompt_tokens ? double(stats.later_cached_tokens) /
+                                                                   double(stats.later_prompt_tokens)
+                                                             : 0.0},
           {"output_tokens", stats.output_tokens},
           {"output_tokens_per_s", double(stats.output_tokens) / wall},
           {"requests_per_s", double(stats.latency_ms.size()) / wall}};
@@ -317,6 +338,7 @@ int main(int argc, char** argv) {
   app.add_option("--system-words", args.system_words, "agent: system prompt words (default 1500)");
   app.add_option("--turn-words", args.turn_words, "agent: words per user turn (default 60)");
   app.add_option("--reply-tokens", args.reply_tokens, "agent: max_tokens per reply (default 32)");
+  app.add_option("--replies-out", args.replies_out, "agent: write every session's replies here (JSON), to compare runs");
   CLI11_PARSE(app, argc, argv);
 
   asio::ssl::context tls(asio::ssl::context::tls_client);
