@@ -3,7 +3,7 @@
 // (the integration model: random weights, replies of exactly max_tokens
 // tokens, arbitrary ids whose text the tokenizer would write otherwise) hits,
 // at every turn, on every block the previous turn computed, its reply's
-// included; with cache.reply_ids_max_bytes = 0 it does not.
+// included; with cache.reply_ids_max_bytes = 0 nothing is kept or given.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -89,7 +89,7 @@ TEST(ReplyIdsServerTest, EveryTurnHitsEveryBlockTheEarlierTurnsComputed) {
   EXPECT_EQ(metric(**h, "latentgate_reply_ids_misses_total"), 1u);
 }
 
-TEST(ReplyIdsServerTest, WithoutReplyIdsTheChainBreaksAtTheFirstReply) {
+TEST(ReplyIdsServerTest, WithReplyIdsOffNothingIsKeptOrSubstituted) {
   test::HarnessOptions o;
   o.config.cache.reply_ids_max_bytes = 0;
   auto h = test::Harness::start(std::move(o));
@@ -98,15 +98,15 @@ TEST(ReplyIdsServerTest, WithoutReplyIdsTheChainBreaksAtTheFirstReply) {
   const int block = (*h)->config().cache.block_tokens;
   const std::vector<Turn> turns = converse(**h, key, 3, nullptr);
   ASSERT_EQ(turns.size(), 3u);
-  // The random model's ids are not what its text re-encodes to: some turn
-  // misses blocks the previous one computed (what the test above guards).
-  bool short_of_it = false;
+  // The canonical ids: a turn hits at most what the previous one computed
+  // (all of it only where the reply's text re-encodes to its own ids).
   for (size_t t = 1; t < turns.size(); ++t) {
     const int64_t computed = turns[t - 1].prompt + turns[t - 1].completion - 1;
-    short_of_it = short_of_it || turns[t].hit < computed / block * block;
+    EXPECT_LE(turns[t].hit, computed / block * block);
   }
-  EXPECT_TRUE(short_of_it);
   EXPECT_EQ(metric(**h, "latentgate_reply_ids_stored_total"), 0u);
+  EXPECT_EQ(metric(**h, "latentgate_reply_ids_hits_total"), 0u);
+  EXPECT_EQ(metric(**h, "latentgate_reply_ids_entries"), 0u);
 }
 
 }  // namespace
