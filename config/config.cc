@@ -112,6 +112,8 @@ const std::array kFields = {
     LG_FIELD("cache.write_back_batch_blocks", cache.write_back_batch_blocks),
     LG_FIELD("cache.restore_policy", cache.restore_policy),
     LG_FIELD("cache.in_flight_wait_ms", cache.in_flight_wait_ms),
+    LG_FIELD("cache.reply_ids_max_bytes", cache.reply_ids_max_bytes),
+    LG_FIELD("cache.reply_ids_ttl_seconds", cache.reply_ids_ttl_seconds),
     LG_FIELD("cache.io_threads", cache.io_threads),
     LG_FIELD("cache.fingerprint", cache.fingerprint),
     LG_FIELD("cache.identity_check_seconds", cache.identity_check_seconds),
@@ -592,6 +594,14 @@ Status validateConfig(const Config& c) {
   if (c.cache.write_back_batch_blocks < 1 || c.cache.write_back_batch_blocks > 4096) {
     return invalidArgument("cache.write_back_batch_blocks: expected 1..4096, got " +
                            std::to_string(c.cache.write_back_batch_blocks));
+  }
+  if (c.cache.reply_ids_max_bytes < 0) {
+    return invalidArgument("cache.reply_ids_max_bytes: expected >= 0 (0 = keep no reply ids), got " +
+                           std::to_string(c.cache.reply_ids_max_bytes));
+  }
+  if (c.cache.reply_ids_ttl_seconds < 0) {
+    return invalidArgument("cache.reply_ids_ttl_seconds: expected >= 0 (0 = never expire), got " +
+                           std::to_string(c.cache.reply_ids_ttl_seconds));
   }
   if (c.cache.in_flight_wait_ms < 0) {
     return invalidArgument("cache.in_flight_wait_ms: expected >= 0 (0 = never wait), got " +

@@ -143,6 +143,11 @@ struct CacheOptions {
   // /admin/shared-prefixes); the requests of the teams granted it read it.
   SharedNamespaceGrants shared_namespaces;
   KvEventsOptions kv_events;
+  // Chat replies' generated token ids, kept per team so that the next turn's
+  // history reuses the blocks published while generating them
+  // (proxy/gateway/reply_ids.h, docs/cache.md). 0 bytes: none kept.
+  int64_t reply_ids_max_bytes = int64_t{64} << 20;
+  int64_t reply_ids_ttl_seconds = 3600;  // a kept reply unused this long is dropped; 0: never
 };
 
 // The scheduler (serving/, docs/serving.md): what one engine step holds and

@@ -9,8 +9,10 @@
 #   alone:    the same requests against instant_gateway, the server object over
 #             an engine that answers at once (bench/gateway/instant_backend.h):
 #             the gateway's own cost, billing included, with the cores its own.
-#   agent:    gateway_bench --mode agent on the bench preset, cache on and then
-#             off (cache.enabled=false): TTFT and throughput through HTTP.
+#   agent:    gateway_bench --mode agent on the bench preset: the cache on with
+#             reply ids off (cache.reply_ids_max_bytes=0) and on, then the cache
+#             off (cache.enabled=false): TTFT, throughput and the hit rate through
+#             HTTP, and whether the replies with and without the cache are the same.
 #   redis:    what admission through Redis adds (issue 23): instant_gateway with
 #             a key budget and per-minute limits, counted in memory and then
 #             through a private redis-server (limits.redis_url), alternated
@@ -132,13 +134,24 @@ fi
 if [[ " $what " == *" agent "* ]]; then
   model=${LG_BENCH_MODEL:-/tmp/lg-bench}
   [[ -f $model/model.safetensors ]] || "$bin" model init --preset bench --out "$model" >/dev/null
-  for cache in on off; do
+  # Reply ids (cache.reply_ids_*) off and on with the cache, then the cache off
+  # (reply ids on): the prompts the engine sees are the same with and without
+  # the cache, so at temperature 0 the replies must be too.
+  for run in "on 0 cache_on_reply_ids_off" "on 67108864 cache_on_reply_ids_on" "off 67108864 cache_off_reply_ids_on"; do
+    read -r cache reply_bytes label <<<"$run"
     enabled=true; [[ $cache == off ]] && enabled=false
-    LATENTGATE_CACHE_ENABLED=$enabled start_server "agent-$cache" --model "$model"
+    LATENTGATE_CACHE_ENABLED=$enabled LATENTGATE_CACHE_REPLY_IDS_MAX_BYTES=$reply_bytes start_server "agent-$label" --model "$model"
     "$bench" --mode agent --port "$port" --key "$key" --ca "$ca" --model "$(basename "$model")" \
-      --sessions 3 --turns 4 --system-words 1500 --turn-words 60 --reply-tokens 32 --label "cache_$cache"
+      --sessions 3 --turns 4 --system-words 1500 --turn-words 60 --reply-tokens 32 --label "$label" \
+      --replies-out "$work/replies-$label.json"
+    curl -sf --cacert "$ca" "$url/metrics" -H "Authorization: Bearer $admin" | grep -E '^latentgate_reply_ids_(hits|misses|stored|rejected|skipped)' | grep -v ' 0$' | sed "s/^/  $label: /" || true
     stop_servers
   done
+  if cmp -s "$work/replies-cache_on_reply_ids_on.json" "$work/replies-cache_off_reply_ids_on.json"; then
+    echo "replies with reply ids on: identical with the cache on and off"
+  else
+    echo "replies with reply ids on: DIFFER between the cache on and off"
+  fi
 fi
 
 if [[ " $what " == *" kvevents "* ]]; then

@@ -93,6 +93,9 @@ struct StreamEvent {
   FinishReason finish_reason = FinishReason::kStop;
   Refusal refusal = Refusal::kNone;  // with kRefused
   std::string message;               // with kError, kRefused, kCancelled: why
+  // kStop by an end-of-sequence or stop token id: that id, which token_ids
+  // and text leave out; -1 otherwise (a stop string, a constraint's end).
+  int32_t end_token = -1;
   Usage usage;
   Timing timing;
 };

@@ -787,6 +787,7 @@ void Scheduler::acceptToken(Sequence& seq, const engine::SampledToken& sampled, 
   if (stop == engine::FinishReason::kStop || (seq.constraint && seq.constraint->mustEnd())) {
     seq.pending.final = true;
     seq.pending.finish_reason = FinishReason::kStop;
+    if (hidden && seq.stop.matchedLength() == 1) seq.pending.end_token = token;  // one end token
   } else if (stop == engine::FinishReason::kLength || static_cast<int32_t>(seq.ids.size()) >= backend_.maxContext()) {
     seq.pending.final = true;
     seq.pending.finish_reason = FinishReason::kLength;

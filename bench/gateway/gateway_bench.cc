@@ -14,7 +14,10 @@
 //   --mode agent: N concurrent sessions of T turns each, like a coding agent:
 //     a long system prompt, a growing conversation (each reply appended before
 //     the next user turn), streamed; time to the first content token as the
-//     client sees it, end-to-end latency and output tokens per second.
+//     client sees it, end-to-end latency and output tokens per second; the
+//     share of prompt tokens served by the cache, overall and in the turns
+//     after the first (the history: earlier replies, cache.reply_ids_*);
+//     --replies-out writes the replies, so that runs can be compared.
 //     Several replicas (--ports) and several teams (--keys: session i uses
 //     key i mod K, and each key's sessions share their own system prompt):
 //     --route first (every request to the first port: one replica, or a
@@ -31,7 +34,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -78,6 +83,7 @@ struct Args {
   int system_words = 1500;
   int turn_words = 60;
   int reply_tokens = 32;
+  std::string replies_out;  // agent: where to write every reply (JSON), to compare runs
 };
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -201,6 +207,7 @@ struct AgentStats {
   std::vector<double> ttft_ms, server_ttft_ms, latency_ms;
   std::vector<double> first_turn_ttft_ms, later_turn_ttft_ms;
   int64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
+  int64_t later_prompt_tokens = 0, later_cached_tokens = 0;  // turns after each session's first
   int errors = 0;
   // Routing: per replica, and for the oracle the time to render and score,
   // the blocks the chosen replica was said to hold, and the requests whose
@@ -210,6 +217,7 @@ struct AgentStats {
   std::vector<double> route_ms, render_ms, score_ms;
   int64_t oracle_blocks = 0, oracle_ties = 0, oracle_zero = 0;
   std::vector<ReplicaStats> turns;  // the same counts per turn (all replicas)
+  std::map<int, std::vector<std::string>> replies;  // by session, in turn order
 };
 
 std::string words(std::mt19937& rng, int n) {
@@ -427,7 +435,12 @@ awaitable<void> agentSession(asio::ssl::context& tls, const Args& args, int sess
         rs.cached_tokens += cached;
         ts.prompt_tokens += prompt;
         ts.cached_tokens += cached;
+        if (turn > 0) {
+          stats.later_prompt_tokens += prompt;
+          stats.later_cached_tokens += cached;
+        }
       }
+      stats.replies[session].push_back(reply);
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     }
   } catch (const std::exception& e) {
@@ -469,6 +482,11 @@ json runAgent(asio::ssl::context& tls, const Args& args) {
   }
   io.run();
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!args.replies_out.empty()) {
+    json all = json::array();
+    for (const auto& [session, replies] : stats.replies) all.push_back(replies);
+    std::ofstream(args.replies_out) << all.dump() << "\n";
+  }
   json replicas = json::array(), replica_requests = json::array();
   for (size_t r = 0; r < args.ports.size(); ++r) {
     const ReplicaStats& rs = stats.replicas[r];
@@ -498,6 +516,7 @@ json runAgent(asio::ssl::context& tls, const Args& args) {
               {"prompt_tokens", stats.prompt_tokens},
               {"cached_tokens", stats.cached_tokens},
               {"hit_rate", ratio(stats.cached_tokens, stats.prompt_tokens)},
+              {"later_turns_hit_rate", ratio(stats.later_cached_tokens, stats.later_prompt_tokens)},
               {"output_tokens", stats.output_tokens},
               {"output_tokens_per_s", double(stats.output_tokens) / wall},
               {"requests_per_s", double(stats.latency_ms.size()) / wall},
@@ -546,6 +565,7 @@ int main(int argc, char** argv) {
   app.add_option("--system-words", args.system_words, "agent: system prompt words (default 1500)");
   app.add_option("--turn-words", args.turn_words, "agent: words per user turn (default 60)");
   app.add_option("--reply-tokens", args.reply_tokens, "agent: max_tokens per reply (default 32)");
+  app.add_option("--replies-out", args.replies_out, "agent: write every session's replies here (JSON), to compare runs");
   CLI11_PARSE(app, argc, argv);
   if (args.ports.empty() && app.count("--port") == 0) {
     std::cerr << "gateway_bench: --port or --ports is required\n";

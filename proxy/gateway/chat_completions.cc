@@ -1,6 +1,7 @@
 // POST /v1/chat/completions: a conversation rendered with the chat template,
 // n choices, its output constrained by response_format or the tool rules
 // (structured_output.h), answered by the ChatResponder (docs/openai-api.md).
+#include "common/team_id.h"
 #include "common/unix_time.h"
 #include "proxy/gateway/gateway.h"
 #include "proxy/http/http_errors.h"
@@ -20,6 +21,10 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
   if (!knownModel(parsed->model)) return respondWithApiError(*exchange, openai::modelNotFound(parsed->model));
   auto encoded = encoder_.encodeChat(parsed->prompt, "messages");
   if (!encoded) return respondWithApiError(*exchange, encoded.error());
+  // Earlier replies in the history as the model generated them (reply_ids.h).
+  const bool keep_replies = reply_ids_ != nullptr && reply_ids_->enabled();
+  const std::string scope = keep_replies ? teamScope(who.team, who.team_generation) : std::string();
+  if (keep_replies) reply_ids_->substitute(tokenizer_, scope, parsed->prompt, encoded->ids);
   auto sampling = openai::resolveSampling(parsed->sampling, encoded->ids.size(), options_.max_context, parsed->params);
   if (!sampling) return respondWithApiError(*exchange, sampling.error());
   const openai::OutputParserOptions parser = encoder_.outputOptions(parsed->prompt, *encoded);
@@ -45,6 +50,11 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
     ro.cost = std::move(cost);
     return std::make_shared<openai::ChatResponder>(std::move(ro));
   };
+  if (keep_replies) {
+    auto recorder = std::make_shared<ReplyRecorder>(*reply_ids_, scope, encoded->ids, parser,
+                                                    static_cast<size_t>(parsed->n), reply->constrained());
+    plan.observe = [recorder](size_t choice, const serving::StreamEvent& e) { recorder->onEvent(choice, e); };
+  }
   serving::GenerationRequest gen = newRequest(who);
   gen.prompt = std::move(encoded->ids);
   gen.sampling = std::move(*sampling);

@@ -33,6 +33,7 @@
 #include "cache/namespace.h"
 #include "proxy/gateway/admission.h"
 #include "proxy/gateway/generation.h"
+#include "proxy/gateway/reply_ids.h"
 #include "proxy/gateway/response_store.h"
 #include "proxy/gateway/structured_output.h"
 #include "proxy/http/blocking_pool.h"
@@ -66,6 +67,10 @@ class Gateway {
   // Where reads of stored responses run (null: inline, as in unit tests);
   // set before the server starts, it must outlive it.
   void setBlockingPool(BlockingPool* pool) { blocking_ = pool; }
+  // Where chat replies' generated ids are kept for the next turn (null or
+  // disabled: none are); set before the server starts, it must outlive the
+  // scheduler's engine thread, which records replies into it.
+  void setReplyIds(ReplyIdStore* store) { reply_ids_ = store; }
 
  private:
   // One file each.
@@ -128,6 +133,7 @@ class Gateway {
   const StructuredOutput& structured_;
   ResponseStore* const responses_;
   BlockingPool* blocking_ = nullptr;
+  ReplyIdStore* reply_ids_ = nullptr;
 };
 
 }  // namespace lg::proxy

@@ -100,6 +100,7 @@ struct Generation::Call {
   bool stream = false;
   HttpHeaders headers;
   std::function<void(const openai::Responder&)> on_done;
+  std::function<void(size_t, const serving::StreamEvent&)> observe;
   std::string key_id;  // whose (a revocation cancels it); empty: the admin's own work
   bool ended = false;  // the responder finished (engine thread only)
 
@@ -197,6 +198,7 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
   call->stream = plan.stream;
   call->headers = std::move(plan.headers);
   call->on_done = std::move(plan.on_done);
+  call->observe = std::move(plan.observe);
   if (ticket) {
     call->metered = ticket->metered;
     call->key_id = ticket->who.key_id;
@@ -220,6 +222,7 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
   for (size_t i = 0; i < n; ++i) {
     sinks.push_back([this, call, i](serving::StreamEvent&& e) {
       if (e.final && metrics_ != nullptr) metrics_->generationEnded(call->exchange->request().received, e);
+      if (call->observe) call->observe(i, e);
       openai::ResponderOutput out = call->responder->onEvent(i, e);
       // A response ends once: later events (of choices still running when
       // it ended) have nothing more to send.

@@ -64,6 +64,9 @@ struct GenerationPlan {
   // Optional: on the engine thread once the responder is done, before the
   // client is sent the end of the response (the Responses store).
   std::function<void(const openai::Responder&)> on_done;
+  // Optional: every event of every choice, on the engine thread, just before
+  // the responder gets it (chat replies' ids for the next turn: reply_ids.h).
+  std::function<void(size_t choice, const serving::StreamEvent&)> observe;
 };
 
 class Generation {

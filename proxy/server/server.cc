@@ -29,6 +29,7 @@
 #include "proxy/gateway/gateway.h"
 #include "proxy/gateway/generation.h"
 #include "proxy/gateway/generation_metrics.h"
+#include "proxy/gateway/reply_ids.h"
 #include "proxy/gateway/response_store.h"
 #include "proxy/http/blocking_pool.h"
 #include "proxy/http/health_routes.h"
@@ -53,6 +54,9 @@ struct Server::Parts {
 
   metrics::Registry registry;
   GenerationMetrics generation_metrics;
+  // Chat replies' generated ids (cache.reply_ids_*); the engine thread records
+  // into it, so it outlives the scheduler.
+  std::unique_ptr<ReplyIdStore> reply_ids;
   billing::LedgerMetrics ledger_metrics;
 
   std::unique_ptr<billing::BillingDb> db;
@@ -330,6 +334,9 @@ Status Server::Parts::build() {
   pool_options.max_queued_per_tenant = static_cast<size_t>(config.server.blocking_max_queued_per_team);
   blocking_pool = std::make_unique<BlockingPool>(pool_options);
   gateway->setBlockingPool(blocking_pool.get());
+  reply_ids = std::make_unique<ReplyIdStore>(
+      ReplyIdsOptions{config.cache.reply_ids_max_bytes, config.cache.reply_ids_ttl_seconds});
+  gateway->setReplyIds(reply_ids.get());
   // A revoked key's requests in flight are cancelled within one engine step
   // (billed for what they computed), whichever path revoked it.
   keys->onRevoke([this](const billing::ApiKeyInfo& key) {
@@ -377,6 +384,7 @@ Status Server::Parts::build() {
   serving::addEngineCollectors(registry, *scheduler, engine.cache, memory,
                                serving::VllmFacts{engine.model_id, engine.backend->latentLayout().block_tokens});
   registry.add([this](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
+  registry.add([this](metrics::ExpositionWriter& w) { reply_ids->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
   if (drain) registry.add([this](metrics::ExpositionWriter& w) { drain->collect(w); });
   if (redis_limits) registry.add([this](metrics::ExpositionWriter& w) { redis_limits->collect(w); });
