@@ -47,6 +47,25 @@ struct TierStats {
   uint64_t evicted_blocks = 0;  // tier 0: by the byte budget or reclaimed for allocation; disk: cap or expiry
 };
 
+// Miss-ratio curves (cache/miss_ratio_curve.h, docs/cache.md "What more
+// cache would buy"): sizes at which /metrics reports them, as multiples of
+// the tier's size today.
+inline constexpr std::array<double, 5> kMrcSizeFactors = {0.5, 1, 2, 4, 8};
+inline constexpr std::array<std::string_view, 5> kMrcSizeFactorNames = {"0.5", "1", "2", "4", "8"};
+
+struct MrcTierStats {
+  bool present = false;           // the tier exists and its curve is kept
+  uint64_t today_blocks = 0;      // the tier's size today, in blocks (tier 0: the pool or its budget; disk: the cap)
+  uint64_t block_bytes = 0;       // bytes of one block on the tier
+  double sampling_rate = 0;       // SHARDS' current rate R
+  double reliable_from_blocks = 0;  // sizes below are estimated from fewer than 512 sampled keys
+  uint64_t accesses = 0;          // block accesses seen by the curve
+  uint64_t sampled_accesses = 0;
+  uint64_t samples = 0;           // sampled keys held now
+  uint64_t memory_bytes = 0;      // what the estimator holds
+  std::array<double, kMrcSizeFactors.size()> hit_ratio{};  // at kMrcSizeFactors x today_blocks
+};
+
 struct CacheStats {
   uint64_t lookups = 0;            // completed lookups (the token counts below are theirs)
   uint64_t prompt_tokens = 0;
@@ -99,6 +118,10 @@ struct CacheStats {
   uint64_t decisions_restore = 0;
   uint64_t decisions_recompute = 0;
   CostEstimates costs;  // the cost model's current figures
+
+  // What more (or less) cache would buy: the curve of each tier.
+  MrcTierStats mrc_tier0;
+  MrcTierStats mrc_disk;
 
   uint64_t rejectedTotal() const {
     uint64_t n = 0;
