@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cache/block_codec.h"
 #include "cache/cost_model.h"
@@ -64,6 +65,20 @@ struct MrcTierStats {
   uint64_t samples = 0;           // sampled keys held now
   uint64_t memory_bytes = 0;      // what the estimator holds
   std::array<double, kMrcSizeFactors.size()> hit_ratio{};  // at kMrcSizeFactors x today_blocks
+};
+
+// One tier's miss-ratio curve for the admin API and the dashboard.
+struct MrcCurvePoint {
+  double size_factor = 0;  // of today's size
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+  double hit_ratio = 0;
+  bool reliable = false;   // blocks >= reliable_from_blocks
+};
+struct MrcCurve {
+  std::string tier;  // "tier0", "disk"
+  MrcTierStats stats;
+  std::vector<MrcCurvePoint> points;  // size factors 2^(i/4), i = -16..16: 1/16x to 16x
 };
 
 struct CacheStats {
@@ -135,6 +150,8 @@ class CacheMetricsSource {
  public:
   virtual ~CacheMetricsSource() = default;
   virtual CacheStats snapshot() const = 0;
+  // Each tier's miss-ratio curve (tier 0, then the disk tier); none by default.
+  virtual std::vector<MrcCurve> missRatioCurves() const { return {}; }
 };
 
 }  // namespace lg::cache

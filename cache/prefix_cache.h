@@ -116,20 +116,6 @@ struct PrefixCacheOptions {
   size_t mrc_max_samples = 16384;  // per tier: the memory bound (<= 56 bytes a sample)
 };
 
-// One tier's miss-ratio curve for the admin API and the dashboard.
-struct MrcCurvePoint {
-  double size_factor = 0;  // of today's size
-  uint64_t blocks = 0;
-  uint64_t bytes = 0;
-  double hit_ratio = 0;
-  bool reliable = false;   // blocks >= reliable_from_blocks
-};
-struct MrcCurve {
-  std::string tier;  // "tier0", "disk"
-  MrcTierStats stats;
-  std::vector<MrcCurvePoint> points;  // size factors 2^(i/4), i = -16..16: 1/16x to 16x
-};
-
 struct LookupOptions {
   std::vector<SharedNamespace> shared_namespaces;  // also read if granted to the team; the longest hit wins
   std::chrono::milliseconds in_flight_wait{-1};  // <0: the cache's default
@@ -282,7 +268,7 @@ class PrefixCache final : public CacheMetricsSource {
   CacheStats snapshot() const override;
   // Each tier's miss-ratio curve (tier 0, then the disk tier when there is
   // one); empty with mrc_enabled false. A short lock per tier.
-  std::vector<MrcCurve> missRatioCurves() const;
+  std::vector<MrcCurve> missRatioCurves() const override;
   const CostModel& costModel() const { return cost_; }
   WriteBack* writerForTest() { return writer_.get(); }  // null without a disk tier
   int32_t blockTokens() const { return block_tokens_; }
