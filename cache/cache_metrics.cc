@@ -143,7 +143,9 @@ void collectMissRatioCurves(ExpositionWriter& w, const CacheStats& s) {
   perTier("latentgate_cache_mrc_size_blocks", "The tier's size today in blocks (size_factor 1).", MetricType::kGauge,
           [](const MrcTierStats& t) { return t.today_blocks; });
   perTier("latentgate_cache_mrc_reliable_from_blocks",
-          "Sizes below this many blocks are estimated from fewer than 512 sampled keys.", MetricType::kGauge,
+          "Sizes below this many blocks are estimated from fewer than 512 sampled keys (+Inf: every size, "
+          "fewer than 512 sampled accesses so far; 0: exact).",
+          MetricType::kGauge,
           [](const MrcTierStats& t) { return t.reliable_from_blocks; });
   perTier("latentgate_cache_mrc_sampling_rate", "SHARDS' current sampling rate of block keys.", MetricType::kGauge,
           [](const MrcTierStats& t) { return t.sampling_rate; });

@@ -59,7 +59,7 @@ struct MrcTierStats {
   uint64_t today_blocks = 0;      // the tier's size today, in blocks (tier 0: the pool or its budget; disk: the cap)
   uint64_t block_bytes = 0;       // bytes of one block on the tier
   double sampling_rate = 0;       // SHARDS' current rate R
-  double reliable_from_blocks = 0;  // sizes below are estimated from fewer than 512 sampled keys
+  double reliable_from_blocks = 0;  // sizes below are estimated from fewer than 512 sampled keys (0: exact; inf: none yet)
   uint64_t accesses = 0;          // block accesses seen by the curve
   uint64_t sampled_accesses = 0;
   uint64_t samples = 0;           // sampled keys held now

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/check.h"
 
@@ -251,13 +252,22 @@ MissRatioCurveSnapshot MissRatioCurve::snapshot(std::span<const double> sizes) c
   out.accesses = accesses_.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   out.sampling_rate = samplingRate();
-  out.reliable_from_blocks = kMinSampledBelow / out.sampling_rate;
+  // At rate 1 the curve is exact; below it, a size is reliable once 512
+  // sampled keys fit in it, and none is before 512 sampled accesses at all.
+  if (out.sampling_rate >= 1.0) {
+    out.reliable_from_blocks = 0;
+  } else if (static_cast<double>(sampled_accesses_) < kMinSampledBelow) {
+    out.reliable_from_blocks = std::numeric_limits<double>::infinity();
+  } else {
+    out.reliable_from_blocks = kMinSampledBelow / out.sampling_rate;
+  }
   out.sampled_accesses = sampled_accesses_;
   out.samples = count_;
   out.memory_bytes = memoryBytesLocked();
   out.hit_ratio.assign(sizes.size(), 0.0);
   const double total = static_cast<double>(out.accesses);
-  if (total <= 0) return out;
+  // Nothing sampled yet: no estimate (SHARDS_adj would call every access a hit).
+  if (total <= 0 || sampled_accesses_ == 0) return out;
   // SHARDS_adj: what the sample over- or under-counted (the sampled weight
   // against the accesses counted), as hits at distance 0.
   const double adjust = total - sampled_weight_;

@@ -59,8 +59,10 @@ struct MissRatioCurveSnapshot {
   uint64_t sampled_accesses = 0;  // of those, the sampled ones
   uint64_t samples = 0;           // sampled keys held now
   uint64_t memory_bytes = 0;      // every buffer the estimator holds
-  double reliable_from_blocks = 0;  // kMinSampledBelow / R: sizes below are estimated from few samples
-  std::vector<double> hit_ratio;  // at each size asked, in blocks (0 when nothing was counted)
+  // Sizes below are estimated from few samples: kMinSampledBelow / R; 0 at
+  // rate 1 (exact); infinity before kMinSampledBelow sampled accesses.
+  double reliable_from_blocks = 0;
+  std::vector<double> hit_ratio;  // at each size asked, in blocks (0 while nothing was sampled)
 };
 
 class MissRatioCurve {

@@ -1,5 +1,7 @@
 #include "proxy/admin/cache_curves.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "proxy/http/http_errors.h"
@@ -31,7 +33,9 @@ std::string missRatioCurvesJson(const std::vector<cache::MrcCurve>& curves) {
                      {"sampled_accesses", s.sampled_accesses},
                      {"samples", s.samples},
                      {"memory_bytes", s.memory_bytes},
-                     {"reliable_from_blocks", s.reliable_from_blocks},
+                     // null: no size is reliable yet (fewer than 512 sampled accesses)
+                     {"reliable_from_blocks", std::isfinite(s.reliable_from_blocks) ? json(s.reliable_from_blocks)
+                                                                                    : json(nullptr)},
                      {"points", std::move(points)}});
   }
   return openai::jsonText(json{{"object", "cache.miss_ratio_curves"}, {"tiers", std::move(tiers)}});

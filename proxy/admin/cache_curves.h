@@ -6,7 +6,7 @@
 //   -> 200 {"object": "cache.miss_ratio_curves", "tiers": [
 //        {"tier": "tier0" | "disk", "size_blocks", "size_bytes", "block_bytes",
 //         "hit_ratio_today", "sampling_rate", "accesses", "sampled_accesses",
-//         "samples", "memory_bytes", "reliable_from_blocks",
+//         "samples", "memory_bytes", "reliable_from_blocks" (null: none yet),
 //         "points": [{"size_factor", "blocks", "bytes", "hit_ratio", "reliable"}, ...]}]}
 //
 // Points run from 1/16x to 16x today's size, four per doubling; today's

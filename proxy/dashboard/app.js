@@ -451,7 +451,8 @@
     const two = c.points.find((p) => Math.abs(p.size_factor - 2) < 1e-9);
     const caption = name + ': ' + int(c.accesses) + ' block accesses, ' + int(c.samples) + ' sampled keys at rate ' +
       (100 * c.sampling_rate).toPrecision(2) + '%' +
-      (two ? ' · at 2x: ' + (100 * two.hit_ratio).toFixed(1) + '%' : '');
+      (two ? ' · at 2x: ' + (100 * two.hit_ratio).toFixed(1) + '%' : '') +
+      (c.reliable_from_blocks === null ? ' · too few samples yet' : '');
     return el('figure', { class: 'panel' }, el('figcaption', { text: caption }), node);
   }
 

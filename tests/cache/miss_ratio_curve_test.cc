@@ -50,6 +50,28 @@ TEST(MissRatioCurveTest, EveryKeySampledIsTheExactStack) {
   EXPECT_EQ(snap.samples, exact.distinct());
 }
 
+TEST(MissRatioCurveTest, NothingSampledIsNoEstimateAndRateOneIsExactEverywhere) {
+  // At 1% a handful of accesses sample nothing: the curve says nothing
+  // (not "every access hit", which SHARDS_adj's correction would make of it).
+  MissRatioCurve low({.sampling_rate = 0.01, .max_samples = 100});
+  uint64_t k = 0;
+  for (uint64_t i = 0; k == 0; ++i) {
+    if ((splitmix64(i) >> 32) >= static_cast<uint64_t>(0.01 * 4294967296.0)) k = splitmix64(i);
+  }
+  for (int i = 0; i < 10; ++i) low.recordOne(k);  // 9 of 10 would hit: an unsampled key
+  const std::vector<double> sizes = {1, 1000};
+  MissRatioCurveSnapshot s = low.snapshot(sizes);
+  EXPECT_EQ(s.accesses, 10u);
+  EXPECT_EQ(s.sampled_accesses, 0u);
+  EXPECT_EQ(s.hit_ratio, (std::vector<double>{0, 0}));
+  EXPECT_TRUE(std::isinf(s.reliable_from_blocks));
+  MissRatioCurve exact({.sampling_rate = 1.0, .max_samples = 100});
+  for (int i = 0; i < 10; ++i) exact.recordOne(k);
+  s = exact.snapshot(sizes);
+  EXPECT_EQ(s.reliable_from_blocks, 0);
+  EXPECT_DOUBLE_EQ(s.hit_ratio[0], 0.9);
+}
+
 TEST(MissRatioCurveTest, SyntheticTraceWithKnownReuseDistances) {
   const SyntheticTrace t = knownDistanceTrace(400000, 11);
   ExactLruStack exact;

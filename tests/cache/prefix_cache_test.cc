@@ -785,7 +785,7 @@ TEST_F(PrefixCacheTest, LookupsFeedTheMissRatioCurvesOfBothTiers) {
   EXPECT_EQ(today.bytes, 64u * pool_->layout().blockBytes());
   EXPECT_NEAR(today.hit_ratio, 20.0 / 30.0, 1e-12);
   EXPECT_EQ(curves[0].points[0].blocks, 4u);  // 1/16x
-  EXPECT_FALSE(today.reliable);  // at rate 1, sizes from 512 blocks on are
+  EXPECT_TRUE(today.reliable);  // at rate 1 the curve is exact
   for (size_t i = 1; i < curves[0].points.size(); ++i) {
     EXPECT_GE(curves[0].points[i].hit_ratio, curves[0].points[i - 1].hit_ratio);
   }
