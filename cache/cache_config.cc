@@ -34,6 +34,9 @@ PrefixCacheOptions prefixCacheOptions(const Config& config, engine::LatentDType 
   o.restore_policy = restorePolicy(c.restore_policy);
   o.in_flight_wait = std::chrono::milliseconds(c.in_flight_wait_ms);
   o.io_threads = c.io_threads;
+  o.mrc_enabled = c.mrc_max_samples > 0;
+  o.mrc_sampling_rate = static_cast<double>(c.mrc_sampling_ppm) / 1e6;
+  o.mrc_max_samples = static_cast<size_t>(std::max(c.mrc_max_samples, 1));
   return o;
 }
 

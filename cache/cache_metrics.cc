@@ -1,6 +1,8 @@
 #include "cache/cache_metrics.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lg::cache {
 
@@ -116,6 +118,45 @@ void collectCacheStats(ExpositionWriter& w, const CacheStats& s) {
           s.costs.per_token);
   w.gauge("latentgate_cache_cost_attention_pair_seconds",
           "The cost model's prefill time per causal attention (query, key) pair.", s.costs.per_pair);
+  collectMissRatioCurves(w, s);
+}
+
+void collectMissRatioCurves(ExpositionWriter& w, const CacheStats& s) {
+  std::vector<std::pair<std::string, const MrcTierStats*>> tiers;
+  if (s.mrc_tier0.present) tiers.emplace_back("tier0", &s.mrc_tier0);
+  if (s.mrc_disk.present) tiers.emplace_back("disk", &s.mrc_disk);
+  if (tiers.empty()) return;
+  if (w.family("latentgate_cache_mrc_hit_ratio",
+               "Estimated hit ratio (of block accesses) the tier would have had at size_factor times its size today "
+               "(SHARDS miss-ratio curve; disk: behind today's tier 0).",
+               MetricType::kGauge)) {
+    for (const auto& [tier, t] : tiers) {
+      for (size_t i = 0; i < kMrcSizeFactors.size(); ++i) {
+        w.sample({{"tier", tier}, {"size_factor", std::string(kMrcSizeFactorNames[i])}}, t->hit_ratio[i]);
+      }
+    }
+  }
+  auto perTier = [&](const char* name, const char* help, MetricType type, auto value) {
+    if (!w.family(name, help, type)) return;
+    for (const auto& [tier, t] : tiers) w.sample({{"tier", tier}}, value(*t));
+  };
+  perTier("latentgate_cache_mrc_size_blocks", "The tier's size today in blocks (size_factor 1).", MetricType::kGauge,
+          [](const MrcTierStats& t) { return t.today_blocks; });
+  perTier("latentgate_cache_mrc_reliable_from_blocks",
+          "Sizes below this many blocks are estimated from fewer than 512 sampled keys (+Inf: every size, "
+          "fewer than 512 sampled accesses so far; 0: exact).",
+          MetricType::kGauge,
+          [](const MrcTierStats& t) { return t.reliable_from_blocks; });
+  perTier("latentgate_cache_mrc_sampling_rate", "SHARDS' current sampling rate of block keys.", MetricType::kGauge,
+          [](const MrcTierStats& t) { return t.sampling_rate; });
+  perTier("latentgate_cache_mrc_accesses_total", "Block accesses the tier's curve heard.", MetricType::kCounter,
+          [](const MrcTierStats& t) { return t.accesses; });
+  perTier("latentgate_cache_mrc_sampled_accesses_total", "Of those, the sampled ones.", MetricType::kCounter,
+          [](const MrcTierStats& t) { return t.sampled_accesses; });
+  perTier("latentgate_cache_mrc_samples", "Sampled block keys the estimator holds.", MetricType::kGauge,
+          [](const MrcTierStats& t) { return t.samples; });
+  perTier("latentgate_cache_mrc_memory_bytes", "Memory the estimator holds.", MetricType::kGauge,
+          [](const MrcTierStats& t) { return t.memory_bytes; });
 }
 
 }  // namespace lg::cache

@@ -18,5 +18,7 @@
 namespace lg::cache {
 
 void collectCacheStats(metrics::ExpositionWriter& w, const CacheStats& s);
+// The miss-ratio curves' families (latentgate_cache_mrc_*), part of the above.
+void collectMissRatioCurves(metrics::ExpositionWriter& w, const CacheStats& s);
 
 }  // namespace lg::cache

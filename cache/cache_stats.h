@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cache/block_codec.h"
 #include "cache/cost_model.h"
@@ -45,6 +46,39 @@ struct TierStats {
   uint64_t blocks = 0;          // gauge: blocks held by the tier
   uint64_t bytes = 0;           // gauge: bytes held by the tier
   uint64_t evicted_blocks = 0;  // tier 0: by the byte budget or reclaimed for allocation; disk: cap or expiry
+};
+
+// Miss-ratio curves (cache/miss_ratio_curve.h, docs/cache.md "What more
+// cache would buy"): sizes at which /metrics reports them, as multiples of
+// the tier's size today.
+inline constexpr std::array<double, 5> kMrcSizeFactors = {0.5, 1, 2, 4, 8};
+inline constexpr std::array<std::string_view, 5> kMrcSizeFactorNames = {"0.5", "1", "2", "4", "8"};
+
+struct MrcTierStats {
+  bool present = false;           // the tier exists and its curve is kept
+  uint64_t today_blocks = 0;      // the tier's size today, in blocks (tier 0: the pool or its budget; disk: the cap)
+  uint64_t block_bytes = 0;       // bytes of one block on the tier
+  double sampling_rate = 0;       // SHARDS' current rate R
+  double reliable_from_blocks = 0;  // sizes below are estimated from fewer than 512 sampled keys (0: exact; inf: none yet)
+  uint64_t accesses = 0;          // block accesses seen by the curve
+  uint64_t sampled_accesses = 0;
+  uint64_t samples = 0;           // sampled keys held now
+  uint64_t memory_bytes = 0;      // what the estimator holds
+  std::array<double, kMrcSizeFactors.size()> hit_ratio{};  // at kMrcSizeFactors x today_blocks
+};
+
+// One tier's miss-ratio curve for the admin API and the dashboard.
+struct MrcCurvePoint {
+  double size_factor = 0;  // of today's size
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+  double hit_ratio = 0;
+  bool reliable = false;   // blocks >= reliable_from_blocks
+};
+struct MrcCurve {
+  std::string tier;  // "tier0", "disk"
+  MrcTierStats stats;
+  std::vector<MrcCurvePoint> points;  // size factors 2^(i/4), i = -16..16: 1/16x to 16x
 };
 
 struct CacheStats {
@@ -100,6 +134,10 @@ struct CacheStats {
   uint64_t decisions_recompute = 0;
   CostEstimates costs;  // the cost model's current figures
 
+  // What more (or less) cache would buy: the curve of each tier.
+  MrcTierStats mrc_tier0;
+  MrcTierStats mrc_disk;
+
   uint64_t rejectedTotal() const {
     uint64_t n = 0;
     for (uint64_t v : rejected_blocks) n += v;
@@ -112,6 +150,8 @@ class CacheMetricsSource {
  public:
   virtual ~CacheMetricsSource() = default;
   virtual CacheStats snapshot() const = 0;
+  // Each tier's miss-ratio curve (tier 0, then the disk tier); none by default.
+  virtual std::vector<MrcCurve> missRatioCurves() const { return {}; }
 };
 
 }  // namespace lg::cache

@@ -187,6 +187,7 @@ class DiskTier {
   Status putMeta(std::string_view key, std::string_view value);
 
   const std::string& path() const { return options_.path; }
+  uint64_t maxBytes() const { return options_.max_bytes; }  // the byte cap
 
   DiskTierStats stats() const;
 

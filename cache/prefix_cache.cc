@@ -59,6 +59,7 @@ PrefixCache::PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest&
     };
     writer_ = std::make_unique<WriteBack>(*disk_, pool.layout(), model, wo, std::move(on_failed));
   }
+  setUpCurves();
 }
 
 Result<std::unique_ptr<PrefixCache>> PrefixCache::create(engine::LatentPool& pool, DiskTier* disk, const Digest& model,

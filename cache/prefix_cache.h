@@ -84,6 +84,7 @@
 #include "cache/disk_tier.h"
 #include "cache/fingerprint.h"
 #include "cache/io_pool.h"
+#include "cache/miss_ratio_curve.h"
 #include "cache/namespace.h"
 #include "cache/write_back.h"
 #include "common/status.h"
@@ -107,6 +108,12 @@ struct PrefixCacheOptions {
   // Why the configured disk tier is missing (DiskTierOpen::error from
   // openDiskTierOrDegrade): snapshot() then reports DiskState::kDegraded.
   std::string disk_error;
+  // Miss-ratio curves per tier (miss_ratio_curve.h): SHARDS over the block
+  // accesses of lookups. sampling_rate 0: per tier, 1024 / the tier's size in
+  // blocks (at most 1), so that half today's size holds 512 sampled keys.
+  bool mrc_enabled = true;
+  double mrc_sampling_rate = 0;
+  size_t mrc_max_samples = 16384;  // per tier: the memory bound (<= 56 bytes a sample)
 };
 
 struct LookupOptions {
@@ -259,6 +266,9 @@ class PrefixCache final : public CacheMetricsSource {
   size_t announceResident();
 
   CacheStats snapshot() const override;
+  // Each tier's miss-ratio curve (tier 0, then the disk tier when there is
+  // one); empty with mrc_enabled false. A short lock per tier.
+  std::vector<MrcCurve> missRatioCurves() const override;
   const CostModel& costModel() const { return cost_; }
   WriteBack* writerForTest() { return writer_.get(); }  // null without a disk tier
   int32_t blockTokens() const { return block_tokens_; }
@@ -370,6 +380,13 @@ class PrefixCache final : public CacheMetricsSource {
   void checkIdentity();
   void markStale(const Status& why);
 
+  // --- prefix_cache_mrc.cc: the miss-ratio curves.
+  void setUpCurves();
+  // A completed lookup's block accesses, for each tier's curve.
+  void recordAccesses(const LeaseState& st);
+  MrcTierStats curveStats(const MissRatioCurve& curve, uint64_t today_blocks, uint64_t block_bytes,
+                          std::span<const double> sizes, std::vector<double>* hit_ratio) const;
+
   // --- prefix_cache_persist.cc: the cost model's state in the disk tier
   // (nothing without one).
   void loadCostModel();
@@ -385,6 +402,11 @@ class PrefixCache final : public CacheMetricsSource {
   const BlockGeometry geometry_;
   CostModel cost_;
   std::unique_ptr<WriteBack> writer_;  // null without a disk tier
+  // Miss-ratio curves (their own locks); null when off (disk: without a disk tier).
+  std::unique_ptr<MissRatioCurve> mrc_tier0_;
+  std::unique_ptr<MissRatioCurve> mrc_disk_;
+  uint64_t mrc_tier0_blocks_ = 0;  // today's sizes, in blocks
+  uint64_t mrc_disk_blocks_ = 0;
 
   mutable std::mutex mu_;
   Index index_;                                   // guarded by mu_

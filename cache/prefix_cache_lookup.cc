@@ -234,6 +234,7 @@ void PrefixCache::finishLookup(const StatePtr& st) {
   counters_->tier0_miss.fetch_add(static_cast<uint64_t>(n) - tier0_tokens, std::memory_order_relaxed);
   counters_->disk_hit.fetch_add(hit_tokens - tier0_tokens, std::memory_order_relaxed);
   counters_->disk_miss.fetch_add(static_cast<uint64_t>(n) - hit_tokens, std::memory_order_relaxed);
+  recordAccesses(s);  // the miss-ratio curves: no lock of the index's
   {
     std::lock_guard lock(s.ready_mu);
     s.ready.store(true, std::memory_order_release);

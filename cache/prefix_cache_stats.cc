@@ -47,6 +47,10 @@ CacheStats PrefixCache::snapshot() const {
   s.decisions_restore = c.decisions_restore.load();
   s.decisions_recompute = c.decisions_recompute.load();
   s.costs = cost_.estimates();
+  if (mrc_tier0_ != nullptr) s.mrc_tier0 = curveStats(*mrc_tier0_, mrc_tier0_blocks_, block_bytes_, {}, nullptr);
+  if (mrc_disk_ != nullptr) {
+    s.mrc_disk = curveStats(*mrc_disk_, mrc_disk_blocks_, storedBlockBytes(geometry_, options_.stored_dtype), {}, nullptr);
+  }
   if (writer_ != nullptr) {
     const WriteBackStats w = writer_->stats();
     s.write_back_queue_depth = w.queue_depth;

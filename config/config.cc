@@ -117,6 +117,8 @@ const std::array kFields = {
     LG_FIELD("cache.io_threads", cache.io_threads),
     LG_FIELD("cache.fingerprint", cache.fingerprint),
     LG_FIELD("cache.identity_check_seconds", cache.identity_check_seconds),
+    LG_FIELD("cache.mrc_sampling_ppm", cache.mrc_sampling_ppm),
+    LG_FIELD("cache.mrc_max_samples", cache.mrc_max_samples),
     LG_FIELD("cache.shared_namespaces", cache.shared_namespaces),
     LG_FIELD("cache.kv_events.endpoint", cache.kv_events.endpoint),
     LG_FIELD("cache.kv_events.bind", cache.kv_events.bind),
@@ -582,6 +584,14 @@ Status validateConfig(const Config& c) {
   if (c.cache.disk_ttl_seconds < 0) {
     return invalidArgument("cache.disk_ttl_seconds: expected >= 0 (0 = never expire), got " +
                            std::to_string(c.cache.disk_ttl_seconds));
+  }
+  if (c.cache.mrc_sampling_ppm < 0 || c.cache.mrc_sampling_ppm > 1000000) {
+    return invalidArgument("cache.mrc_sampling_ppm: expected 0 (per tier) or 1..1000000 parts per million, got " +
+                           std::to_string(c.cache.mrc_sampling_ppm));
+  }
+  if (c.cache.mrc_max_samples < 0 || c.cache.mrc_max_samples > 16777216) {
+    return invalidArgument("cache.mrc_max_samples: expected 0 (no curves) or 1..16777216, got " +
+                           std::to_string(c.cache.mrc_max_samples));
   }
   if (c.cache.write_through_hits < -1) {
     return invalidArgument("cache.write_through_hits: expected >= -1 (-1 = never, 0 = at once), got " +

@@ -139,6 +139,13 @@ struct CacheOptions {
   int io_threads = 0;                             // restore threads; 0: one per core, at most 4
   FingerprintSetting fingerprint = FingerprintSetting::kSampled;  // sampled or full
   int identity_check_seconds = 10;                // how often the weight files are compared with those loaded
+  // Miss-ratio curves per tier (cache/miss_ratio_curve.h, docs/cache.md "What
+  // more cache would buy"): SHARDS' sampling rate of block keys in parts per
+  // million (0: per tier, so that half today's size holds 512 sampled keys),
+  // and the sampled keys each tier's estimator holds at most (the memory
+  // bound: <= 56 bytes a key; beyond it the rate drops). 0 keys: no curves.
+  int mrc_sampling_ppm = 0;
+  int mrc_max_samples = 16384;
   // An admin publishes a prefix into a shared namespace on purpose (POST
   // /admin/shared-prefixes); the requests of the teams granted it read it.
   SharedNamespaceGrants shared_namespaces;

@@ -168,7 +168,7 @@
 
   // Nothing of a signed-out viewer stays in the page.
   function clearBoard() {
-    for (const id of ['keys-table', 'teams-table', 'prompts-table', 'recent-table', 'memory', 'cost-chart',
+    for (const id of ['keys-table', 'teams-table', 'prompts-table', 'recent-table', 'memory', 'curves', 'cost-chart',
                       'token-chart', 'viewer', 'range-info', 'cost-split', 'hit-split', 'request-split',
                       'budget-detail', 'prompt-count', 'updated']) {
       $(id).replaceChildren();
@@ -178,6 +178,7 @@
     }
     $('teams-panel').hidden = true;
     $('memory-panel').hidden = true;
+    $('curves-panel').hidden = true;
   }
 
   // ------------------------------------------------------------ rendering
@@ -218,6 +219,8 @@
 
     $('memory-panel').hidden = !o.memory;
     $('memory').replaceChildren(...(o.memory ? memoryPicture(o.memory) : []));
+    $('curves-panel').hidden = !o.cache_curves;
+    $('curves').replaceChildren(...(o.cache_curves ? o.cache_curves.map(curveChart) : []));
     keysTable(o);
     $('teams-panel').hidden = !o.teams;
     $('teams-table').replaceChildren(...(o.teams ? teamsTable(o.teams) : []));
@@ -402,6 +405,55 @@
                                                            int(m.scheduler.looking_up) + ' reading the cache · ' +
                                                            int(m.scheduler.queued) + ' queued' }));
     return [bar, legend, facts];
+  }
+
+  // One tier's miss-ratio curve: hit ratio (0..100%) over the size, on a log
+  // scale from 1/16x to 16x today's size; today's size is the dashed line.
+  // Points estimated from few samples (below reliable_from_blocks) are drawn
+  // faint.
+  function curveChart(c) {
+    const name = c.tier === 'tier0' ? 'Tier 0 (latent pool)' : 'Disk tier (behind today\'s tier 0)';
+    const node = svg('svg', { viewBox: '0 0 ' + PLOT.width + ' ' + PLOT.height, role: 'img',
+                              'data-testid': 'curve-' + c.tier, 'data-size-blocks': c.size_blocks,
+                              'data-hit-today': c.hit_ratio_today, 'data-points': c.points.length,
+                              'aria-label': name + ' miss-ratio curve' });
+    const h = PLOT.height - PLOT.top - PLOT.bottom;
+    const w = PLOT.width - PLOT.left - PLOT.right;
+    const lo = Math.log2(c.points[0].size_factor), hi = Math.log2(c.points[c.points.length - 1].size_factor);
+    const xOf = (f) => PLOT.left + ((Math.log2(f) - lo) / (hi - lo || 1)) * w;
+    const yOf = (r) => PLOT.top + h - r * h;
+    for (let v = 0; v <= 1.0001; v += 0.25) {
+      node.append(svg('line', { x1: PLOT.left, x2: PLOT.left + w, y1: yOf(v), y2: yOf(v), class: v === 0 ? 'axis' : 'grid' }));
+      node.append(svg('text', { x: PLOT.left - 8, y: yOf(v) + 4, class: 'tick', 'text-anchor': 'end' },
+                      Math.round(v * 100) + '%'));
+    }
+    for (const f of [1 / 16, 1 / 4, 1, 4, 16]) {
+      const p = c.points.reduce((a, b) => (Math.abs(Math.log2(b.size_factor / f)) < Math.abs(Math.log2(a.size_factor / f)) ? b : a));
+      node.append(svg('text', { x: xOf(p.size_factor), y: PLOT.height - PLOT.bottom + 18, class: 'tick',
+                                'text-anchor': 'middle' }, bytes(p.bytes)));
+    }
+    const line = (pts, cls) => {
+      if (pts.length > 1) node.append(svg('polyline', { class: cls, points: pts.map((p) => xOf(p.size_factor) + ',' + yOf(p.hit_ratio)).join(' ') }));
+    };
+    const firstReliable = c.points.findIndex((p) => p.reliable);
+    line(firstReliable < 0 ? c.points : c.points.slice(0, firstReliable + 1), 'curve-faint');
+    if (firstReliable >= 0) line(c.points.slice(firstReliable), 'curve-line');
+    for (const p of c.points) {
+      node.append(titled(svg('circle', { cx: xOf(p.size_factor), cy: yOf(p.hit_ratio), r: 2.5,
+                                         class: p.reliable ? 'curve-dot' : 'curve-dot faint' }),
+                         int(p.blocks) + ' blocks (' + bytes(p.bytes) + '): ' + (100 * p.hit_ratio).toFixed(1) + '%' +
+                         (p.reliable ? '' : ' (few samples)')));
+    }
+    const x1 = xOf(1);
+    node.append(svg('line', { x1, x2: x1, y1: PLOT.top, y2: PLOT.top + h, class: 'today', 'data-testid': 'today-' + c.tier }));
+    node.append(svg('text', { x: x1 + 4, y: PLOT.top + 12, class: 'tick' },
+                    'today ' + bytes(c.size_bytes) + ': ' + (100 * c.hit_ratio_today).toFixed(1) + '%'));
+    const two = c.points.find((p) => Math.abs(p.size_factor - 2) < 1e-9);
+    const caption = name + ': ' + int(c.accesses) + ' block accesses, ' + int(c.samples) + ' sampled keys at rate ' +
+      (100 * c.sampling_rate).toPrecision(2) + '%' +
+      (two ? ' · at 2x: ' + (100 * two.hit_ratio).toFixed(1) + '%' : '') +
+      (c.reliable_from_blocks === null ? ' · too few samples yet' : '');
+    return el('figure', { class: 'panel' }, el('figcaption', { text: caption }), node);
   }
 
   // Column names; a leading '#' marks a numeric (right-aligned) column.

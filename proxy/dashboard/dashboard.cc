@@ -10,6 +10,7 @@
 #include "billing/prices.h"
 #include "common/unix_time.h"
 #include "proxy/admin/budget_api.h"
+#include "proxy/admin/cache_curves.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/sse.h"  // jsonText
 #include "proxy/http/http_errors.h"
@@ -638,6 +639,12 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
         {"disk_tier", disk},
         {"scheduler", {{"queued", s.queued}, {"looking_up", s.looking_up}, {"prefilling", s.prefilling},
                        {"decoding", s.decoding}}}};
+  }
+  // What more cache would buy (the admin's: a curve is every team's traffic
+  // together), as GET /admin/cache/mrc answers it.
+  if (admin && memory_.cache != nullptr) {
+    json curves = json::parse(missRatioCurvesJson(memory_.cache->missRatioCurves()))["tiers"];
+    if (!curves.empty()) out["cache_curves"] = std::move(curves);
   }
   return openai::jsonText(out);
 }

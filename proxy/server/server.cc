@@ -22,6 +22,7 @@
 #include "proxy/admin/metrics_route.h"
 #include "proxy/admin/replica_purges.h"
 #include "proxy/admin/responses_api.h"
+#include "proxy/admin/cache_curves.h"
 #include "proxy/admin/shared_prefixes.h"
 #include "proxy/admin/teams_api.h"
 #include "proxy/dashboard/dashboard.h"
@@ -119,6 +120,7 @@ struct Server::Parts {
   std::unique_ptr<BillingApi> billing_api;
   std::unique_ptr<BudgetApi> budget_api;
   std::unique_ptr<SharedPrefixPublisher> shared_prefixes;
+  std::unique_ptr<CacheCurvesApi> cache_curves;
   std::unique_ptr<ResponsesAdminApi> responses_api;
   std::unique_ptr<Dashboard> dashboard;
   // Purges here what admins deleted on other replicas (after the parts it uses).
@@ -364,6 +366,7 @@ Status Server::Parts::build() {
     for (const cache::SharedGrant& g : grants) o.namespaces.push_back(g.shared);
     shared_prefixes = std::make_unique<SharedPrefixPublisher>(o, *generation, *engine.cache, *encoder, *admission);
   }
+  cache_curves = std::make_unique<CacheCurvesApi>(engine.cache, *admission);
   // The dashboard: the ledger's numbers as the usage API shows them, the
   // budgets, the limits' buckets, and the memory picture /metrics reads.
   const serving::MemoryFacts memory{engine.backend->model().checkpointBytes(),
@@ -485,6 +488,7 @@ void Server::Parts::addRoutes() {
   billing_api->addRoutes(router);
   budget_api->addRoutes(router);
   if (shared_prefixes) shared_prefixes->addRoutes(router);
+  cache_curves->addRoutes(router);
   responses_api->addRoutes(router);
   dashboard->addRoutes(router);
   addMetricsRoute(router, registry, *admission);

@@ -735,3 +735,79 @@ TEST_F(PrefixCacheTest, UnopenableStoreDegradesToTierZeroOnly) {
 
 }  // namespace
 }  // namespace lg::cache::testing
+
+namespace lg::cache::testing {
+namespace {
+
+// The miss-ratio curves (cache/miss_ratio_curve.h) hear every lookup: tier 0
+// every full block of the prompt, the disk tier the blocks tier 0 missed.
+TEST_F(PrefixCacheTest, LookupsFeedTheMissRatioCurvesOfBothTiers) {
+  PrefixCacheOptions o;
+  o.mrc_sampling_rate = 1.0;  // every key sampled: the counts are exact
+  make(o);
+  const std::vector<int32_t> a = tokens(41, 1);  // 10 full blocks, all hittable
+  request("alpha", a);  // tier 0: 10 cold; disk: the same 10, cold
+  request("alpha", a);  // tier 0: 10 hits; disk: nothing reaches it
+  CacheStats s = cache_->snapshot();
+  ASSERT_TRUE(s.mrc_tier0.present);
+  ASSERT_TRUE(s.mrc_disk.present);
+  EXPECT_EQ(s.mrc_tier0.today_blocks, 64u);  // the pool
+  EXPECT_EQ(s.mrc_tier0.accesses, 20u);
+  EXPECT_EQ(s.mrc_tier0.sampled_accesses, 20u);
+  EXPECT_EQ(s.mrc_tier0.samples, 10u);
+  EXPECT_DOUBLE_EQ(s.mrc_tier0.hit_ratio[1], 0.5);  // at today's size: the second request hit
+  EXPECT_DOUBLE_EQ(s.mrc_tier0.hit_ratio[0], 0.5);  // 32 blocks hold the 10 too
+  EXPECT_EQ(s.mrc_disk.accesses, 10u);
+  EXPECT_DOUBLE_EQ(s.mrc_disk.hit_ratio[4], 0.0);
+  EXPECT_GT(s.mrc_tier0.memory_bytes, 0u);
+
+  // Evicted to disk: tier 0 misses them all, the disk tier's curve sees the
+  // 10 again, at distances 0..9 (a hit for a disk tier of 10 blocks or more).
+  EXPECT_EQ(cache_->evictUnpinned(64), 10);
+  ASSERT_TRUE(cache_->persistAll().isOk());
+  request("alpha", a);
+  s = cache_->snapshot();
+  EXPECT_EQ(s.mrc_tier0.accesses, 30u);
+  EXPECT_EQ(s.mrc_disk.accesses, 20u);
+  EXPECT_DOUBLE_EQ(s.mrc_disk.hit_ratio[0], 0.5);
+  // Tier 0 of 64 blocks (an LRU of 64 over these accesses) would have hit
+  // the third request too: what eviction took, more cache would have kept.
+  EXPECT_NEAR(s.mrc_tier0.hit_ratio[1], 20.0 / 30.0, 1e-12);
+
+  const std::vector<MrcCurve> curves = cache_->missRatioCurves();
+  ASSERT_EQ(curves.size(), 2u);
+  EXPECT_EQ(curves[0].tier, "tier0");
+  EXPECT_EQ(curves[1].tier, "disk");
+  ASSERT_EQ(curves[0].points.size(), 33u);
+  const MrcCurvePoint& today = curves[0].points[16];
+  EXPECT_DOUBLE_EQ(today.size_factor, 1.0);
+  EXPECT_EQ(today.blocks, 64u);
+  EXPECT_EQ(today.bytes, 64u * pool_->layout().blockBytes());
+  EXPECT_NEAR(today.hit_ratio, 20.0 / 30.0, 1e-12);
+  EXPECT_EQ(curves[0].points[0].blocks, 4u);  // 1/16x
+  EXPECT_TRUE(today.reliable);  // at rate 1 the curve is exact
+  for (size_t i = 1; i < curves[0].points.size(); ++i) {
+    EXPECT_GE(curves[0].points[i].hit_ratio, curves[0].points[i - 1].hit_ratio);
+  }
+}
+
+TEST_F(PrefixCacheTest, MissRatioCurvesCanBeTurnedOffAndAreAbsentWithoutADiskTier) {
+  PrefixCacheOptions off;
+  off.mrc_enabled = false;
+  make(off);
+  request("alpha", tokens(41, 1));
+  EXPECT_FALSE(cache_->snapshot().mrc_tier0.present);
+  EXPECT_TRUE(cache_->missRatioCurves().empty());
+
+  make({}, /*with_disk=*/false);
+  request("alpha", tokens(41, 1));
+  const CacheStats s = cache_->snapshot();
+  EXPECT_TRUE(s.mrc_tier0.present);
+  EXPECT_FALSE(s.mrc_disk.present);
+  EXPECT_DOUBLE_EQ(s.mrc_tier0.sampling_rate, 1.0);  // per tier: 1024 / 64 blocks, at most 1
+  EXPECT_EQ(s.mrc_tier0.accesses, 10u);
+  EXPECT_EQ(cache_->missRatioCurves().size(), 1u);
+}
+
+}  // namespace
+}  // namespace lg::cache::testing

@@ -150,6 +150,27 @@ TEST(ConfigTest, KvEventsAreOffByDefaultAndTheirEndpointsAndBoundsAreChecked) {
   }
 }
 
+TEST(ConfigTest, MissRatioCurvesSamplePerTierByDefaultAndTheirBoundsAreChecked) {
+  Config c;
+  EXPECT_EQ(c.cache.mrc_sampling_ppm, 0);  // per tier
+  EXPECT_EQ(c.cache.mrc_max_samples, 16384);
+  ASSERT_TRUE(applyConfigText(R"({"cache": {"mrc_sampling_ppm": 10000, "mrc_max_samples": 0}})", "f.json", c).isOk());
+  EXPECT_EQ(c.cache.mrc_sampling_ppm, 10000);
+  EXPECT_EQ(c.cache.mrc_max_samples, 0);  // no curves
+  EXPECT_TRUE(validateConfig(c).isOk());
+  ConfigSources sources;
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"LATENTGATE_CACHE_MRC_SAMPLING_PPM", "-1"},
+           {"LATENTGATE_CACHE_MRC_SAMPLING_PPM", "1000001"},
+           {"LATENTGATE_CACHE_MRC_MAX_SAMPLES", "-5"},
+           {"LATENTGATE_CACHE_MRC_MAX_SAMPLES", "16777217"}}) {
+    sources.environment = {{name, value}};
+    auto bad = loadConfig(sources);
+    ASSERT_FALSE(bad.isOk()) << name << "=" << value;
+    EXPECT_NE(bad.status().message().find("cache.mrc_"), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(ConfigTest, EngineSettingsAreTypedAndValidatedOnce) {
   Config c;
   EXPECT_EQ(c.engine.prefill_attention, PrefillAttentionSetting::kAuto);

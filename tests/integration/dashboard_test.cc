@@ -47,9 +47,11 @@ class DashboardTest : public ::testing::Test {
     test::HarnessOptions options;
     // Small limits refill slowly (tokens 0.1/s, requests 0.05/s): what they
     // leave stays a whole number for the few seconds the test takes.
-    options.config.limits.key_requests_per_minute = 3;
-    options.config.limits.key_tokens_per_minute = 6;
-    options.config.limits.team_tokens_per_minute = 50'000;
+    if (small_limits_) {
+      options.config.limits.key_requests_per_minute = 3;
+      options.config.limits.key_tokens_per_minute = 6;
+      options.config.limits.team_tokens_per_minute = 50'000;
+    }
     options.hooks.clock_us = [this] { return clock_us_.load(); };
     auto started = test::Harness::start(std::move(options));
     ASSERT_TRUE(started.isOk()) << started.status().toString();
@@ -162,6 +164,7 @@ class DashboardTest : public ::testing::Test {
   static constexpr const char* kPromptA = "You are team A's research agent.";
   static constexpr const char* kPromptB = "You are team B's support agent.";
 
+  bool small_limits_ = true;  // false: no per-minute limits (requests through the server)
   std::unique_ptr<test::Harness> harness_;
   std::string admin_key_;
   std::map<std::string, std::string> ids_, secrets_;
@@ -488,6 +491,64 @@ TEST_F(DashboardTest, ATeamSeesItsTeamOnlyAndTheAdminEverything) {
   EXPECT_EQ(m["latent_pool"]["free_blocks"], st.pool_free_blocks);
   EXPECT_EQ(m["disk_tier"], nullptr);  // tier 0 only
   EXPECT_EQ(m["scheduler"], json::parse(R"({"queued": 0, "looking_up": 0, "prefilling": 0, "decoding": 0})"));
+}
+
+// What more cache would buy (issue 25, point 2): real requests reach the
+// cache's miss-ratio curves; GET /admin/cache/mrc, the admin's overview and
+// /metrics show them; a team key sees none of it (the curve is every team's
+// traffic together).
+class DashboardCurvesTest : public DashboardTest {
+ protected:
+  DashboardCurvesTest() { small_limits_ = false; }
+};
+
+TEST_F(DashboardCurvesTest, CacheCurvesAreTheAdminsOnly) {
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "The quick brown fox jumps over the lazy dog number " + std::to_string(i) + ". ";
+  const json body = {{"model", "demo"}, {"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 2}};
+  for (int i = 0; i < 2; ++i) {
+    const Reply r = curl("POST", "/v1/chat/completions",
+                         {"-H", "Authorization: Bearer " + secrets_["alice"], "-H", "content-type: application/json",
+                          "--data-binary", body.dump()});
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  const json mrc = adminGet("/admin/cache/mrc");
+  EXPECT_EQ(mrc["object"], "cache.miss_ratio_curves");
+  ASSERT_EQ(mrc["tiers"].size(), 1u) << mrc.dump();  // tier 0 only: the harness has no disk tier
+  const json& t0 = mrc["tiers"][0];
+  EXPECT_EQ(t0["tier"], "tier0");
+  EXPECT_EQ(t0["size_blocks"], 256);  // the pool
+  const uint64_t block = harness_->backend().latentLayout().blockBytes();
+  EXPECT_EQ(t0["block_bytes"], block);
+  EXPECT_EQ(t0["size_bytes"], 256 * block);
+  EXPECT_EQ(t0["sampling_rate"], 1.0);  // per tier: 1024 / 256 blocks, at most 1
+  EXPECT_GT(t0["accesses"].get<int64_t>(), 0);
+  EXPECT_EQ(t0["accesses"], t0["sampled_accesses"]);
+  // The second request hit what the first computed: at today's size the
+  // curve says half the accesses hit.
+  EXPECT_DOUBLE_EQ(t0["hit_ratio_today"].get<double>(), 0.5);
+  ASSERT_EQ(t0["points"].size(), 33u);
+  EXPECT_EQ(t0["points"][16]["size_factor"], 1.0);
+  EXPECT_EQ(t0["points"][16]["blocks"], 256);
+  EXPECT_EQ(t0["points"][16]["bytes"], 256 * block);
+
+  // Admin key only.
+  EXPECT_EQ(curl("GET", "/admin/cache/mrc", {"-H", "Authorization: Bearer " + secrets_["alice"]}).status, 401);
+  EXPECT_EQ(curl("GET", "/admin/cache/mrc").status, 401);
+
+  // The dashboard: the admin's overview carries the same curves, a team's none.
+  const json admin_view = overview(sessionFor(admin_key_)).parsed();
+  ASSERT_TRUE(admin_view.contains("cache_curves")) << admin_view.dump();
+  EXPECT_EQ(admin_view["cache_curves"], mrc["tiers"]);
+  const json team_view = overview(sessionFor(secrets_["alice"])).parsed();
+  EXPECT_FALSE(team_view.contains("cache_curves"));
+
+  // /metrics: the gauges at 0.5x .. 8x today's size.
+  const Reply m = curl("GET", "/metrics", {"-H", "Authorization: Bearer " + admin_key_});
+  ASSERT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("latentgate_cache_mrc_hit_ratio{tier=\"tier0\",size_factor=\"1\"} 0.5"), std::string::npos)
+      << m.body.substr(0, 200);
+  EXPECT_NE(m.body.find("latentgate_cache_mrc_sampling_rate{tier=\"tier0\"} 1"), std::string::npos);
 }
 
 TEST_F(DashboardTest, NoSecretInAnyPageOrAnswer) {

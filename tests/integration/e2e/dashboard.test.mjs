@@ -189,6 +189,20 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   const gauge = (name) => Number(metrics.match(new RegExp(`^${name} (\\S+)$`, 'm'))[1]);
   assert.equal(Number(await attr('[data-testid=memory-weights]', 'data-bytes')), gauge('latentgate_model_weights_bytes'));
   assert.equal(Number(await attr('[data-testid=memory-capacity]', 'data-bytes')), gauge('latentgate_latent_pool_capacity_bytes'));
+  // What more cache would buy: a curve per tier, today's size marked, as /admin/cache/mrc answers.
+  const mrc = await adminJson('/admin/cache/mrc');
+  assert.ok(mrc.tiers.length >= 1 && mrc.tiers[0].tier === 'tier0', JSON.stringify(mrc));
+  assert.ok(mrc.tiers[0].accesses > 0, 'the requests reached the curve');
+  assert.ok(await page.isVisible('#curves-panel'));
+  assert.deepEqual(o.cache_curves, mrc.tiers);
+  for (const tier of mrc.tiers) {
+    const chart = `[data-testid=curve-${tier.tier}]`;
+    assert.equal(Number(await attr(chart, 'data-size-blocks')), tier.size_blocks);
+    assert.equal(Number(await attr(chart, 'data-hit-today')), tier.hit_ratio_today);
+    assert.equal(Number(await attr(chart, 'data-points')), tier.points.length);
+    assert.equal(await page.locator(`[data-testid=today-${tier.tier}]`).count(), 1);
+    assert.equal(await page.locator(`${chart} circle`).count(), tier.points.length);
+  }
   // Budgets: each key's is /v1/usage's (alpha's team budget binds both its keys; beta has none).
   for (const name of Object.keys(keys)) {
     const own = JSON.parse((await server.request('GET', '/v1/usage', { headers: auth(keys[name].key) })).body).budget;
@@ -241,9 +255,11 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   }
   const t = JSON.parse(teamView.body);
   assert.equal(t.viewer.team, 'dash-alpha');
-  assert.ok(!('teams' in t) && !('memory' in t));
+  assert.ok(!('teams' in t) && !('memory' in t) && !('cache_curves' in t));
   assert.deepEqual(t.keys.map((k) => k.key_id).sort(), [keys['alpha-lead'].id, keys['alpha-bot'].id].sort());
-  assert.ok(await page.isHidden('#teams-panel') && await page.isHidden('#memory-panel'));
+  assert.ok(await page.isHidden('#teams-panel') && await page.isHidden('#memory-panel') &&
+            await page.isHidden('#curves-panel'));
+  assert.equal(await page.locator('[data-testid^=curve-]').count(), 0, 'no curve of the whole cache for a team');
   const ts = await shown();
   const alphaUsage = await adminJson(`/admin/usage?from=${ts.from}&to=${ts.to}&team=dash-alpha`);
   assert.equal(ts.cost, alphaUsage.totals.cost_total);
@@ -257,7 +273,7 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   console.log(`dashboard screenshot (team dash-alpha): ${join(artifacts, 'dashboard-team.png')}`);
 
   // A team's key is no admin.
-  for (const path of ['/admin/usage', '/admin/keys']) {
+  for (const path of ['/admin/usage', '/admin/keys', '/admin/cache/mrc']) {
     const r = await server.request('GET', path, { headers: auth(keys['alpha-lead'].key) });
     assert.equal(r.status, 401, path);
     assert.equal(JSON.parse(r.body).error.code, 'invalid_api_key');
