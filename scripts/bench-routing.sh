@@ -16,9 +16,13 @@
 #                index counts a request's blocks as held by the replica it was
 #                sent to until that replica's events say so, so a team's
 #                sessions that start together follow the first one.
+#   oracle-prefix-hash: the oracle, equal scores (no replica holds the prefix
+#                yet, or several do) broken by a hash of the prompt's first
+#                block instead of in turn, so a team's sessions that start
+#                together land on one replica.
 # Every run starts its replicas on fresh data directories (empty cache, disk
 # tier included) and its own index, so no run warms another; the workload is
-# the same in every run. ROUNDS rounds of the five; medians per route.
+# the same in every run. ROUNDS rounds of the six; medians per route.
 #
 # The replicas share their API keys through one private PostgreSQL
 # (billing.postgres_url): nginx hashes the Authorization header, so a team's
@@ -150,7 +154,7 @@ for r in $(seq 1 "$rounds"); do
   stop_pids
 
   # Three replicas for each of the others.
-  for route in round-robin nginx-hash oracle oracle-speculative; do
+  for route in round-robin nginx-hash oracle oracle-speculative oracle-prefix-hash; do
     ports=(); pods=(); replays=()
     for i in 0 1 2; do
       start_replica "$route-$r-$i"
@@ -228,10 +232,11 @@ print(json.dumps(out))
 EOF
 )
         ;;
-      oracle|oracle-speculative)
+      oracle|oracle-speculative|oracle-prefix-hash)
         oracle_port=$(free_port)
         spec=(); spec_flag=(); label=oracle
         if [[ $route == oracle-speculative ]]; then spec=(--speculative-ttl 2); spec_flag=(--speculate); label=oracle_speculative; fi
+        if [[ $route == oracle-prefix-hash ]]; then spec_flag=(--ties prefix-hash); label=oracle_prefix_hash; fi
         /usr/bin/python3 "$index" serve --listen "127.0.0.1:$oracle_port" --model demo "${pods[@]}" "${replays[@]}" --catch-up \
           "${spec[@]}" >"$work/oracle-$r.log" 2>&1 &
         pids+=($!)
@@ -254,7 +259,8 @@ runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 order = [("single", "single replica (baseline)"), ("round_robin", "round robin over 3"),
          ("nginx_hash", "nginx `hash $http_authorization consistent` over 3"),
          ("oracle", "longest-prefix oracle over 3 (llm-d index)"),
-         ("oracle_speculative", "the oracle with speculative indexing (2 s)")]
+         ("oracle_speculative", "the oracle with speculative indexing (2 s)"),
+         ("oracle_prefix_hash", "the oracle, ties by the first block's hash")]
 by = {k: [r for r in runs if r["label"].rsplit("_", 1)[0] == k] for k, _ in order}
 med = {k: statistics.median(r["hit_rate"] for r in v) for k, v in by.items() if v}
 print()
@@ -271,11 +277,11 @@ for k, name in order:
         " / ".join(str(x) for x in m["replica_requests"]), sum(r["errors"] for r in v)))
 print()
 print("per round, hit rates:", "; ".join("%s %s" % (k, ", ".join("%.1f%%" % (100 * r["hit_rate"]) for r in by[k])) for k, _ in order))
-for r in by["oracle"] + by["oracle_speculative"]:
+for r in by["oracle"] + by["oracle_speculative"] + by["oracle_prefix_hash"]:
     print("%s: %d of %d requests scored 0 everywhere (sent in turn), %d ties; routing ms p50 %.1f p90 %.1f (render p50 %.1f p90 %.1f, score p50 %.1f p90 %.1f)" % (
         r["label"], r["oracle_zero_scores"], r["requests"], r["oracle_ties"], r["route_ms"]["p50"], r["route_ms"]["p90"],
         r["render_ms"]["p50"], r["render_ms"]["p90"], r["score_ms"]["p50"], r["score_ms"]["p90"]))
-for k in ("oracle", "oracle_speculative"):
+for k in ("oracle", "oracle_speculative", "oracle_prefix_hash"):
     if k in med:
         d = 100 * (med[k] - med["single"])
         print("%s - single = %+.1f points: %s (goal: within 5 points)" % (k, d, "met" if abs(d) <= 5 else "missed"))

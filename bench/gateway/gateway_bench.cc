@@ -73,6 +73,7 @@ struct Args {
   std::string oracle;        // HOST:PORT of the index's plain-HTTP POST /score
   std::string oracle_model;  // the model in the events' topic (default: --model)
   bool speculate = false;    // oracle: tell the index where each request went (POST /speculate)
+  std::string ties = "turn";  // oracle: equal scores go in turn, or by a hash of the first block
   std::string ca_file;
   std::string model = "deepseek-chat";
   std::string label;
@@ -326,11 +327,25 @@ awaitable<size_t> route(asio::ssl::context& tls, const Args& args, const std::st
   const int64_t top = *std::max_element(blocks.begin(), blocks.end());
   const auto tied = std::count(blocks.begin(), blocks.end(), top);
   size_t chosen = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const size_t r = (stats.next_replica + i) % n;
-    if (blocks[r] == top) {
-      chosen = r;
-      break;
+  const json& ids = rendered["token_ids"];
+  if (args.ties == "prefix-hash" && tied > 1 && ids.size() >= 64) {
+    // The tied replicas in order, the one at a hash of the prompt's first
+    // block: requests that share a first block (a team's system prompt) and
+    // that nobody's events tell apart yet go to the same replica.
+    uint64_t h = 1469598103934665603ULL;  // FNV-1a over the first 64 ids
+    for (size_t i = 0; i < 64; ++i) h = (h ^ ids[i].get<uint64_t>()) * 1099511628211ULL;
+    std::vector<size_t> candidates;
+    for (size_t r = 0; r < n; ++r) {
+      if (blocks[r] == top) candidates.push_back(r);
+    }
+    chosen = candidates[h % candidates.size()];
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t r = (stats.next_replica + i) % n;
+      if (blocks[r] == top) {
+        chosen = r;
+        break;
+      }
     }
   }
   if (tied > 1) {
@@ -553,6 +568,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"first", "round-robin", "oracle"}));
   app.add_option("--oracle", args.oracle, "agent, --route oracle: HOST:PORT of the index's POST /score (plain HTTP)");
   app.add_option("--oracle-model", args.oracle_model, "agent, --route oracle: the model of the events' topic (default --model)");
+  app.add_option("--ties", args.ties, "agent, --route oracle: equal scores go in turn (default) or by prefix-hash")
+      ->check(CLI::IsMember({"turn", "prefix-hash"}));
   app.add_flag("--speculate", args.speculate,
                "agent, --route oracle: POST /speculate the chosen replica (the index's --speculative-ttl, llm-d's speculativeIndexing)");
   app.add_option("--ca", args.ca_file, "CA certificate to trust (DATA/tls/ca.crt)")->required();
