@@ -552,8 +552,13 @@ TEST_F(ClusterTest, RedisFlushedRebuildsCountersWithoutBypassingABudget) {
   // team-budget spent its budget above; its counters vanish with Redis's data.
   const std::string team = "team-budget";
   const auto [id, key] = cluster->makeKey(0, team, "after-flush");
+  // Every replica must know the key (the control plane's bound), since the
+  // case below calls each of them directly, not only nginx's choice.
   ASSERT_TRUE(within(kSyncBound, [&] {
-    return cluster->call(cluster->nginx->port(), "GET", "/v1/models", key).status == 200;
+    for (const Replica& r : cluster->replicas) {
+      if (cluster->call(r.port, "GET", "/v1/models", key).status != 200) return false;
+    }
+    return true;
   }));
   const Reply before = chat(cluster->nginx->port(), key, "Before the flush", 64);
   ASSERT_EQ(before.status, 429) << "the case needs a team that cannot afford the request";
