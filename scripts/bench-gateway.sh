@@ -68,6 +68,7 @@ stop_servers() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; 
 wrk_rps() {  # wrk_rps URL [header] -> requests/s
   wrk -t1 -c64 -d"${secs}s" --latency ${2:+-H "$2"} "$1" | awk '/^Requests\/sec/ {print $2}'
 }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 if [[ " $what " == *" models "* || " $what " == *" overhead "* ]]; then
@@ -161,7 +162,7 @@ if [[ " $what " == *" kvevents "* ]]; then
       unset LATENTGATE_CACHE_KV_EVENTS_ENDPOINT LATENTGATE_CACHE_KV_EVENTS_BIND
       sub_pid=
       if [[ $mode == on ]]; then
-        ev_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        ev_port=$(free_port)
         export LATENTGATE_CACHE_KV_EVENTS_ENDPOINT=tcp://127.0.0.1:$ev_port LATENTGATE_CACHE_KV_EVENTS_BIND=true
       fi
       if [[ -n ${KV_MODEL:-} ]]; then start_server "kv-$mode-$r" --model "$KV_MODEL"; else start_server "kv-$mode-$r"; fi
@@ -195,7 +196,7 @@ while True:
 fi
 
 if [[ " $what " == *" redis "* ]]; then
-  redis_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis_port=$(free_port)
   redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
   pids+=($!)
   redis_pid=$!

@@ -232,30 +232,27 @@ void KvEventPublisher::publish(std::vector<KvEvent>& events) {
 
 void KvEventPublisher::answerReplay() {
   for (;;) {
+    // Every part of the next message is read (ZMQ delivers a message whole);
+    // only the first four are kept, which is enough to refuse any message
+    // that is not a replay request.
     std::vector<std::string> frames;
-    int more = 1;
-    while (more) {
+    size_t parts = 0;
+    for (int more = 1; more;) {
       zmq_msg_t msg;
       zmq_msg_init(&msg);
       if (zmq_msg_recv(&msg, router_, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&msg);
-        if (frames.empty()) return;  // nothing more to read
+        if (parts == 0) return;  // nothing more to read
         break;
       }
-      frames.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+      if (frames.size() < 4) frames.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+      ++parts;
       more = zmq_msg_more(&msg);
       zmq_msg_close(&msg);
-      if (frames.size() > 8) {  // not a replay request; drain and ignore the rest
-        while (more) {
-          zmq_msg_init(&msg);
-          if (zmq_msg_recv(&msg, router_, ZMQ_DONTWAIT) < 0) more = 0; else more = zmq_msg_more(&msg);
-          zmq_msg_close(&msg);
-        }
-      }
     }
     // [identity, "", start_seq]: what a REQ socket (or a DEALER sending an
     // empty delimiter) delivers through a ROUTER.
-    if (frames.size() != 3 || !frames[1].empty() || frames[2].size() != 8) {
+    if (parts != 3 || !frames[1].empty() || frames[2].size() != 8) {
       bad_replays_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }

@@ -20,6 +20,7 @@
 #include "cache/kv_events/kv_event_encoding.h"
 #include "cache/kv_events/kv_event_publisher.h"
 #include "cache/prefix_cache.h"
+#include "common/hex.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/support/server_process.h"
 
@@ -28,15 +29,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string hex(std::string_view bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
+std::string hex(std::string_view bytes) { return hexLower(bytes); }
 
 // The golden batch's blocks: block_size 4, two blocks, h = low64(sha256(b"k1"/b"k2")).
 KvEvent goldenStored() {
@@ -158,7 +151,9 @@ TEST_F(CacheEventsTest, BlocksAreReportedWithTheirParentsTokensAndTiers) {
     EXPECT_EQ(events[j].tier, BlockTier::kPool);
     EXPECT_EQ(events[j].key, keys[j]);
     EXPECT_EQ(events[j].has_parent, j > 0);
-    if (j > 0) EXPECT_EQ(events[j].parent, keys[j - 1]);
+    if (j > 0) {
+      EXPECT_EQ(events[j].parent, keys[j - 1]);
+    }
     EXPECT_EQ(events[j].ids, std::vector<int32_t>(ids.begin() + j * kBt, ids.begin() + (j + 1) * kBt));
   }
   // Another team's identical prompt: other blocks (its own namespace), same tokens.
@@ -175,7 +170,9 @@ TEST_F(CacheEventsTest, BlocksAreReportedWithTheirParentsTokensAndTiers) {
   std::unordered_set<Digest, DigestHash> seen;
   for (const auto& e : events) {
     EXPECT_TRUE(e.stored);
-    if (e.has_parent) EXPECT_TRUE(seen.count(e.parent)) << "a block was announced before its parent";
+    if (e.has_parent) {
+      EXPECT_TRUE(seen.count(e.parent)) << "a block was announced before its parent";
+    }
     seen.insert(e.key);
   }
 
