@@ -216,13 +216,15 @@ void KvEventPublisher::publish(std::vector<KvEvent>& events) {
     const size_t end = std::min(merged.size(), begin + kMaxEventsPerBatch);
     std::string payload = encodeBatch(unixSeconds(), std::span(merged).subspan(begin, end - begin), options_.encoding);
     const uint64_t seq = next_seq_++;
+    // Counted before sending, so whoever has received a batch also sees it
+    // in stats() (the count is the next sequence number).
+    batches_.fetch_add(1, std::memory_order_relaxed);
     // A PUB socket never blocks: past its high-water mark a subscriber misses
     // messages (and sees the gap in the sequence numbers).
     if (!sendFrame(pub_, options_.topic, true) || !sendFrame(pub_, sequenceFrame(seq), true) ||
         !sendFrame(pub_, payload, false)) {
       cacheLog()->debug("kv events: batch {} not sent: {}", seq, zmq_strerror(zmq_errno()));
     }
-    batches_.fetch_add(1, std::memory_order_relaxed);
     if (options_.buffer_steps > 0) {
       replay_.emplace_back(seq, std::move(payload));
       while (replay_.size() > options_.buffer_steps) replay_.pop_front();
@@ -259,6 +261,7 @@ void KvEventPublisher::answerReplay() {
     uint64_t start = 0;
     for (unsigned char c : frames[2]) start = (start << 8) | c;
     const std::string& identity = frames[0];
+    replays_.fetch_add(1, std::memory_order_relaxed);  // before the answer, as batches_
     for (const auto& [seq, payload] : replay_) {
       if (seq < start) continue;
       sendFrame(router_, identity, true);
@@ -270,7 +273,6 @@ void KvEventPublisher::answerReplay() {
     sendFrame(router_, std::string(), true);
     sendFrame(router_, sequenceFrame(kReplayEndSeq), true);
     sendFrame(router_, std::string(), false);
-    replays_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
