@@ -104,6 +104,60 @@ json ratesJson(const Rates& r) {
   return json{{"input_cache_hit", r.input_cache_hit}, {"input_cache_miss", r.input_cache_miss}, {"output", r.output}};
 }
 
+json missToJson(const MissAnatomy& m) {
+  if (!m.recorded()) return nullptr;
+  json causes = json::object();
+  for (size_t i = 0; i < kMissCauses; ++i) {
+    if (m.tokens_by_cause[i] != 0) causes[std::string(missCauseName(static_cast<MissCause>(i)))] = m.tokens_by_cause[i];
+  }
+  json j{{"tokens_by_cause", std::move(causes)},
+         {"first_miss_token", m.first_miss_token},
+         {"first_miss_message", m.first_miss_message},
+         {"first_miss_region", promptRegionName(m.first_miss_region)},
+         {"first_miss_cause", missCauseName(m.first_miss_cause)}};
+  if (m.first_miss_cause == MissCause::kEvicted) {
+    j["evicted_tier"] = m.evicted_tier;
+    j["evicted_ago_ms"] = m.evicted_ago_ms;
+  }
+  return j;
+}
+
+// The anatomy of a stored entry; null (entries written before it) is none.
+bool missFromJson(const json& j, MissAnatomy& m) {
+  if (j.is_null()) return true;
+  if (!j.is_object() || !j.contains("tokens_by_cause") || !j["tokens_by_cause"].is_object()) return false;
+  for (const auto& [name, tokens] : j["tokens_by_cause"].items()) {
+    const auto cause = parseMissCause(name);
+    if (!cause || !tokens.is_number_integer()) return false;
+    m.tokens_by_cause[static_cast<size_t>(*cause)] = tokens.get<int64_t>();
+  }
+  std::string region, cause;
+  int64_t message = -1;
+  if (!j.contains("first_miss_token") || !j["first_miss_token"].is_number_integer() ||
+      !j.contains("first_miss_message") || !j["first_miss_message"].is_number_integer() ||
+      !j.contains("first_miss_region") || !j["first_miss_region"].is_string() ||
+      !j.contains("first_miss_cause") || !j["first_miss_cause"].is_string()) {
+    return false;
+  }
+  m.first_miss_token = j["first_miss_token"].get<int64_t>();
+  message = j["first_miss_message"].get<int64_t>();
+  const auto r = parsePromptRegion(j["first_miss_region"].get<std::string>());
+  const auto c = parseMissCause(j["first_miss_cause"].get<std::string>());
+  if (!r || !c || message < -1 || message > INT32_MAX) return false;
+  m.first_miss_message = static_cast<int32_t>(message);
+  m.first_miss_region = *r;
+  m.first_miss_cause = *c;
+  if (m.first_miss_cause == MissCause::kEvicted) {
+    if (!j.contains("evicted_tier") || !j["evicted_tier"].is_string() || !j.contains("evicted_ago_ms") ||
+        !j["evicted_ago_ms"].is_number_integer()) {
+      return false;
+    }
+    m.evicted_tier = j["evicted_tier"].get<std::string>();
+    m.evicted_ago_ms = j["evicted_ago_ms"].get<int64_t>();
+  }
+  return true;
+}
+
 json entryToJson(const LedgerEntry& e) {
   return json{{"request_id", e.request_id},
               {"response_id", e.response_id},
@@ -193,11 +247,54 @@ std::optional<EntryStatus> parseEntryStatus(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view missCauseName(MissCause c) {
+  switch (c) {
+    case MissCause::kNew: return "new";
+    case MissCause::kEvicted: return "evicted";
+    case MissCause::kModelChanged: return "model_changed";
+    case MissCause::kInFlight: return "in_flight";
+    case MissCause::kRecomputed: return "recomputed";
+    case MissCause::kPartialBlock: return "partial_block";
+    case MissCause::kUncached: return "uncached";
+    case MissCause::kCount: break;
+  }
+  return "?";
+}
+
+std::optional<MissCause> parseMissCause(std::string_view name) {
+  for (size_t i = 0; i < kMissCauses; ++i) {
+    if (missCauseName(static_cast<MissCause>(i)) == name) return static_cast<MissCause>(i);
+  }
+  return std::nullopt;
+}
+
+std::string_view promptRegionName(PromptRegion r) {
+  switch (r) {
+    case PromptRegion::kNone: return "";
+    case PromptRegion::kSystem: return "system";
+    case PromptRegion::kTools: return "tools";
+    case PromptRegion::kHistory: return "history";
+    case PromptRegion::kInput: return "input";
+  }
+  return "?";
+}
+
+std::optional<PromptRegion> parsePromptRegion(std::string_view name) {
+  for (size_t i = 0; i < kPromptRegions; ++i) {
+    if (promptRegionName(static_cast<PromptRegion>(i)) == name) return static_cast<PromptRegion>(i);
+  }
+  return std::nullopt;
+}
+
 void LedgerEntry::price() {
   cost = billable(status) ? costOf(prices.rates, hitTokens(), miss_tokens, output_tokens) : Cost{};
 }
 
-std::string encodeEntry(const LedgerEntry& e) { return entryToJson(e).dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string encodeEntry(const LedgerEntry& e) {
+  json j = entryToJson(e);
+  if (e.miss.recorded()) j["miss"] = missToJson(e.miss);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 Result<LedgerEntry> decodeEntry(std::string_view text) {
   const json j = json::parse(text, nullptr, false);
@@ -226,6 +323,7 @@ Result<LedgerEntry> decodeEntry(std::string_view text) {
   const auto parsed = parseEntryStatus(status);
   if (!ok || !parsed) return bad();
   e.status = *parsed;
+  if (j.contains("miss") && !missFromJson(j["miss"], e.miss)) return bad();
   return e;
 }
 
@@ -245,6 +343,12 @@ Counters countersOf(const LedgerEntry& e) {
   c[kCostMiss] = static_cast<uint64_t>(e.cost.input_cache_miss);
   c[kCostOutput] = static_cast<uint64_t>(e.cost.output);
   c[kHitAtMissPrice] = billable(e.status) ? static_cast<uint64_t>(e.hitTokens() * e.prices.rates.input_cache_miss) : 0;
+  for (size_t i = 0; i < kMissCauses; ++i) {
+    c[missCauseSlot(static_cast<MissCause>(i))] = static_cast<uint64_t>(std::max<int64_t>(0, e.miss.tokens_by_cause[i]));
+  }
+  if (e.miss.first_miss_region != PromptRegion::kNone) {
+    c[firstMissSlot(e.miss.first_miss_region)] = static_cast<uint64_t>(e.miss_tokens);
+  }
   return c;
 }
 

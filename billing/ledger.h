@@ -83,6 +83,48 @@ std::optional<EntryStatus> parseEntryStatus(std::string_view name);
 // Whether an entry of this status is charged its cost.
 inline bool billable(EntryStatus s) { return s == EntryStatus::kCompleted || s == EntryStatus::kCancelled; }
 
+// Why prompt tokens were computed rather than reused (docs/cache.md, "Why
+// requests miss"): every computed prompt token of an entry is counted under
+// exactly one cause. The cache classifies each missed block; the gateway
+// puts the classification into the entry.
+enum class MissCause : uint8_t {
+  kNew,           // never computed in the team's namespace (nor in a shared one it reads)
+  kEvicted,       // computed, then evicted from every tier
+  kModelChanged,  // computed under another model or latent identity (before a restart)
+  kInFlight,      // being computed by another request: the wait for it ended, or was off
+  kRecomputed,    // on disk, but recomputing it was judged cheaper than restoring it
+  kPartialBlock,  // the prompt's last block: not whole, or holding the last token (always computed)
+  kUncached,      // the request ran without the prefix cache
+  kCount
+};
+inline constexpr size_t kMissCauses = static_cast<size_t>(MissCause::kCount);
+std::string_view missCauseName(MissCause cause);  // "new", "evicted", "model_changed", ...
+std::optional<MissCause> parseMissCause(std::string_view name);
+
+// Where a chat prompt's first computed token lies, by the chat template's
+// message boundaries: the leading system (and developer) messages, the tool
+// definitions the prompt carries, the conversation up to the last assistant
+// message, or what follows it (the new input and the generation prompt).
+enum class PromptRegion : uint8_t { kNone, kSystem, kTools, kHistory, kInput };
+inline constexpr size_t kPromptRegions = 5;
+std::string_view promptRegionName(PromptRegion region);  // "", "system", "tools", "history", "input"
+std::optional<PromptRegion> parsePromptRegion(std::string_view name);
+
+// A request's miss anatomy: no prompt text, only counts and positions.
+struct MissAnatomy {
+  std::array<int64_t, kMissCauses> tokens_by_cause{};  // add up to the entry's miss_tokens
+  int64_t first_miss_token = -1;         // the first computed prompt token; -1: none (or not recorded)
+  int32_t first_miss_message = -1;       // the chat message holding it; -1: none or not a chat request
+  PromptRegion first_miss_region = PromptRegion::kNone;
+  MissCause first_miss_cause = MissCause::kNew;
+  std::string evicted_tier;              // first_miss_cause kEvicted: "pool" or "disk"
+  int64_t evicted_ago_ms = -1;           // ... how long before the request's lookup
+
+  bool recorded() const { return first_miss_token >= 0; }
+  int64_t tokens(MissCause c) const { return tokens_by_cause[static_cast<size_t>(c)]; }
+  bool operator==(const MissAnatomy&) const = default;
+};
+
 struct LedgerEntry {
   std::string request_id;    // the x-request-id the client was sent
   std::string response_id;   // chatcmpl-..., cmpl-..., resp_...
@@ -106,6 +148,7 @@ struct LedgerEntry {
   Cost cost;                     // costOf(prices, hits, miss, output) when billable, else zero
   EntryStatus status = EntryStatus::kCompleted;
   std::string finish_reason;     // "stop", "length", "tool_calls", "cancelled", "error", "refused:queue_full", ...
+  MissAnatomy miss;              // why the miss tokens missed (entries before it: not recorded)
 
   int64_t hitTokens() const { return hit_tokens_tier0 + hit_tokens_disk; }
   // Sets `cost` from the token counts, the rates and the status.
@@ -123,8 +166,16 @@ enum CounterSlot : size_t {
   kPromptTokens, kHitTokensTier0, kHitTokensDisk, kMissTokens, kOutputTokens,
   kCostHit, kCostMiss, kCostOutput,
   kHitAtMissPrice,  // the hit tokens at the miss rate: what the cache saved = this - kCostHit
+  // Miss tokens by cause (MissCause order); entries without an anatomy count in none.
+  kMissNew, kMissEvicted, kMissModelChanged, kMissInFlight, kMissRecomputed, kMissPartialBlock, kMissUncached,
+  // Miss tokens of the entries whose first computed token lies in each region.
+  kFirstMissSystem, kFirstMissTools, kFirstMissHistory, kFirstMissInput,
   kCounterSlots
 };
+static_assert(kMissUncached - kMissNew + 1 == kMissCauses, "a counter slot per miss cause");
+inline constexpr size_t missCauseSlot(MissCause c) { return kMissNew + static_cast<size_t>(c); }
+// PromptRegion::kNone has no slot.
+inline constexpr size_t firstMissSlot(PromptRegion r) { return kFirstMissSystem + static_cast<size_t>(r) - 1; }
 using Counters = std::array<uint64_t, kCounterSlots>;
 Counters countersOf(const LedgerEntry& entry);
 void addCounters(Counters& into, const Counters& more);

@@ -50,6 +50,18 @@ LedgerEntry makeEntry(int i) {
   e.status = i % 10 == 9 ? EntryStatus::kCancelled : i % 17 == 16 ? EntryStatus::kRefused
                          : i % 19 == 18 ? EntryStatus::kFailed : EntryStatus::kCompleted;
   e.finish_reason = std::string(entryStatusName(e.status));
+  if (i % 4 != 3) {  // the others as entries written before miss anatomies
+    e.miss.tokens_by_cause[static_cast<size_t>(MissCause::kPartialBlock)] = 3;
+    e.miss.tokens_by_cause[static_cast<size_t>(i % 2 == 0 ? MissCause::kNew : MissCause::kEvicted)] = e.miss_tokens - 3;
+    e.miss.first_miss_token = e.hitTokens();
+    e.miss.first_miss_message = i % 5;
+    e.miss.first_miss_region = static_cast<PromptRegion>(1 + i % 4);
+    e.miss.first_miss_cause = i % 2 == 0 ? MissCause::kNew : MissCause::kEvicted;
+    if (i % 2 == 1) {
+      e.miss.evicted_tier = "disk";
+      e.miss.evicted_ago_ms = 1000 * i;
+    }
+  }
   e.price();
   return e;
 }
@@ -71,6 +83,36 @@ TEST(LedgerEntryTest, EncodesAndDecodesEveryField) {
   EXPECT_EQ(d->cost, e.cost);
   EXPECT_FALSE(decodeEntry("{}").isOk());
   EXPECT_FALSE(decodeEntry("not json").isOk());
+}
+
+TEST(LedgerEntryTest, TheMissAnatomyRoundTripsAndCountsItsTokensByCauseAndRegion) {
+  for (int i : {0, 1, 3}) {
+    const LedgerEntry e = makeEntry(i);
+    auto d = decodeEntry(encodeEntry(e));
+    ASSERT_TRUE(d.isOk()) << d.status().toString();
+    EXPECT_EQ(d->miss, e.miss) << i;
+    EXPECT_EQ(d->miss.recorded(), i != 3);
+    const Counters c = countersOf(e);
+    uint64_t by_cause = 0;
+    for (size_t k = 0; k < kMissCauses; ++k) by_cause += c[missCauseSlot(static_cast<MissCause>(k))];
+    EXPECT_EQ(by_cause, i == 3 ? 0u : static_cast<uint64_t>(e.miss_tokens)) << i;
+    uint64_t by_region = 0;
+    for (size_t r = kFirstMissSystem; r <= kFirstMissInput; ++r) by_region += c[r];
+    EXPECT_EQ(by_region, i == 3 ? 0u : static_cast<uint64_t>(e.miss_tokens)) << i;
+  }
+  EXPECT_EQ(countersOf(makeEntry(1))[kMissEvicted], static_cast<uint64_t>(makeEntry(1).miss_tokens - 3));
+  EXPECT_EQ(countersOf(makeEntry(1))[firstMissSlot(PromptRegion::kTools)], static_cast<uint64_t>(makeEntry(1).miss_tokens));
+  // An entry written before anatomies has no "miss" field at all.
+  EXPECT_EQ(encodeEntry(makeEntry(3)).find("\"miss\""), std::string::npos);
+  // A damaged anatomy is a corrupt entry, never a guess.
+  std::string bad = encodeEntry(makeEntry(0));
+  const size_t at = bad.find("\"first_miss_cause\":\"new\"");
+  ASSERT_NE(at, std::string::npos);
+  bad.replace(at, 25, "\"first_miss_cause\":\"zzz\"");
+  EXPECT_FALSE(decodeEntry(bad).isOk());
+  for (size_t k = 0; k < kMissCauses; ++k) {
+    EXPECT_EQ(parseMissCause(missCauseName(static_cast<MissCause>(k))), static_cast<MissCause>(k));
+  }
 }
 
 TEST(LedgerEntryTest, OnlyCompletedAndCancelledAreBilled) {
