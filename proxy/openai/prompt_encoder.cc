@@ -216,20 +216,25 @@ PromptEncoder::PromptEncoder(const text::ChatTemplate& chat_template, const text
   render_options_.stats = nullptr;  // shared by concurrent renders: no per-render output
 }
 
+std::string PromptEncoder::toolsText(const ChatPrompt& prompt) const {
+  if (!toolsOffered(prompt) || traits_.renders_tools) return {};
+  return toolsSystemText(prompt.tools, prompt.tool_choice, prompt.parallel_tool_calls, traits_.tool_call_syntax);
+}
+
 std::string PromptEncoder::systemAddendum(const ChatPrompt& prompt) const {
+  return systemAddendum(prompt, toolsText(prompt));
+}
+
+std::string PromptEncoder::systemAddendum(const ChatPrompt& prompt, std::string_view tools_text) const {
   std::string out;
   auto add = [&](std::string_view part) {
     if (part.empty()) return;
     if (!out.empty()) out += "\n\n";
     out += part;
   };
-  if (toolsOffered(prompt)) {
-    if (traits_.renders_tools) {
-      add(toolRules(prompt.tool_choice, prompt.parallel_tool_calls));
-    } else {
-      add(toolsSystemText(prompt.tools, prompt.tool_choice, prompt.parallel_tool_calls, traits_.tool_call_syntax));
-    }
-  }
+  // The tool definitions come first: the prompt layout finds them there.
+  add(tools_text);
+  if (toolsOffered(prompt) && traits_.renders_tools) add(toolRules(prompt.tool_choice, prompt.parallel_tool_calls));
   // The format is enforced by decoding; the instruction tells the model what
   // it is writing, so that its words fit the grammar's choices.
   switch (prompt.response_format.kind) {
@@ -248,6 +253,10 @@ std::string PromptEncoder::systemAddendum(const ChatPrompt& prompt) const {
 }
 
 json PromptEncoder::templateMessages(const ChatPrompt& prompt) const {
+  return templateMessages(prompt, systemAddendum(prompt));
+}
+
+json PromptEncoder::templateMessages(const ChatPrompt& prompt, const std::string& addendum) const {
   json messages = json::array();
   for (const ChatMessage& m : prompt.messages) {
     json j = json::object();
@@ -265,7 +274,6 @@ json PromptEncoder::templateMessages(const ChatPrompt& prompt) const {
     if (m.role == Role::kTool) j["tool_call_id"] = m.tool_call_id;
     messages.push_back(std::move(j));
   }
-  const std::string addendum = systemAddendum(prompt);
   if (!addendum.empty()) {
     auto last_system = std::find_if(messages.rbegin(), messages.rend(),
                                     [](const json& j) { return j["role"] == "system"; });
@@ -318,7 +326,9 @@ ApiResult<EncodedPrompt> PromptEncoder::encodeChat(const ChatPrompt& prompt, std
                                                            "thinking switch); send 'none' or 'minimal', or omit it");
     }
   }
-  const json messages = templateMessages(prompt);
+  const std::string tools_text = toolsText(prompt);
+  const std::string addendum = systemAddendum(prompt, tools_text);
+  const json messages = templateMessages(prompt, addendum);
   const json tools = templateTools(prompt);
   text::ChatRenderInput input;
   input.messages = &messages;
@@ -347,6 +357,7 @@ ApiResult<EncodedPrompt> PromptEncoder::encodeChat(const ChatPrompt& prompt, std
   EncodedPrompt out;
   out.ids = std::move(*ids);
   out.reasoning_open = endsWithOpenThink(rendered->text);
+  out.layout = layOut(prompt, rendered->text, addendum, tools_text);
   return out;
 }
 

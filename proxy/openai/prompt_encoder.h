@@ -38,6 +38,7 @@
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/completion_request.h"
 #include "proxy/openai/output_parser.h"
+#include "proxy/openai/prompt_layout.h"
 #include "proxy/openai/request_types.h"
 #include "serving/request.h"
 #include "text/chat/chat_template.h"
@@ -66,6 +67,8 @@ struct EncodedPrompt {
   // The rendered prompt ends inside an open <think> (R1's generation prompt
   // "<｜Assistant｜><think>\n", V3.1 with thinking): the reply starts with reasoning.
   bool reasoning_open = false;
+  // Chat prompts: where each message and part lies (for the miss anatomy).
+  PromptLayout layout;
 };
 
 class PromptEncoder {
@@ -100,6 +103,12 @@ class PromptEncoder {
   OutputParserOptions outputOptions(const ChatPrompt& prompt, const EncodedPrompt& encoded) const;
 
  private:
+  // The tool definitions the encoder writes into the system prompt ("" when
+  // the template renders tools itself, or none are offered).
+  std::string toolsText(const ChatPrompt& prompt) const;
+  std::string systemAddendum(const ChatPrompt& prompt, std::string_view tools_text) const;
+  nlohmann::json templateMessages(const ChatPrompt& prompt, const std::string& addendum) const;
+
   const text::ChatTemplate& template_;
   const text::Tokenizer& tokenizer_;
   TemplateTraits traits_;

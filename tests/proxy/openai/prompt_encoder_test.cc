@@ -206,6 +206,69 @@ TEST_F(PromptEncoderTest, ToolConversationRendersAsTransformersWould) {
             std::string::npos);
 }
 
+// The layout names every byte of the rendered prompt by its message and part:
+// the system prompt, the tool definitions the encoder wrote into it, the
+// history up to the last assistant message, and the new input after it.
+TEST_F(PromptEncoderTest, TheLayoutNamesEachPositionByItsMessageAndPart) {
+  const ParsedChatRequest req = chat({{"model", "m"}, {"messages", toolConversation()}, {"tools", weatherTools()}});
+  const PromptEncoder encoder(*v3_, *tokenizer_);
+  ApiResult<EncodedPrompt> encoded = encoder.encodeChat(req.prompt, "messages");
+  ASSERT_TRUE(encoded.isOk()) << encoded.error().message;
+  const std::string rendered = decode(encoded->ids);
+  const PromptLayout& layout = encoded->layout;
+  ASSERT_EQ(layout.message_end.size(), 6u);
+  EXPECT_EQ(layout.last_assistant, 4);
+  const auto at = [&](const std::string& needle) {
+    const size_t byte = rendered.find(needle);
+    EXPECT_NE(byte, std::string::npos) << needle;
+    return placeOf(layout, byte);
+  };
+  const auto expect = [&](const std::string& needle, int32_t message, PromptPart part) {
+    const PromptPlace place = at(needle);
+    EXPECT_EQ(place.message, message) << needle;
+    EXPECT_EQ(place.part, part) << needle;
+  };
+  expect("You are helpful.", 0, PromptPart::kSystem);
+  expect("### get_weather", 0, PromptPart::kTools);
+  expect("<｜User｜>What's", 1, PromptPart::kHistory);
+  expect("function<｜tool▁sep｜>get_weather", 2, PromptPart::kHistory);
+  expect("22C, sunny", 3, PromptPart::kHistory);
+  expect("It is 22C", 4, PromptPart::kHistory);
+  expect("<｜User｜>Thanks", 5, PromptPart::kInput);
+  // The generation prompt after the last message belongs to no message.
+  EXPECT_EQ(placeOf(layout, rendered.size() - 1).message, -1);
+  EXPECT_EQ(placeOf(layout, rendered.size() - 1).part, PromptPart::kInput);
+  // A token position becomes the byte its token starts at.
+  for (size_t p : {size_t{0}, size_t{1}, encoded->ids.size() / 2, encoded->ids.size()}) {
+    const std::vector<int32_t> head(encoded->ids.begin(), encoded->ids.begin() + static_cast<ptrdiff_t>(p));
+    EXPECT_EQ(byteOffset(*tokenizer_, encoded->ids, p), decode(head).size()) << p;
+  }
+
+  // Without a system message the encoder's tool definitions are a system
+  // message of their own, before the first user message.
+  json messages = toolConversation();
+  messages.erase(messages.begin());
+  const ParsedChatRequest bare = chat({{"model", "m"}, {"messages", messages}, {"tools", weatherTools()}});
+  ApiResult<EncodedPrompt> bare_encoded = encoder.encodeChat(bare.prompt, "messages");
+  ASSERT_TRUE(bare_encoded.isOk());
+  const std::string bare_rendered = decode(bare_encoded->ids);
+  const PromptPlace tools = placeOf(bare_encoded->layout, bare_rendered.find("### get_weather"));
+  EXPECT_EQ(tools.part, PromptPart::kTools);
+  EXPECT_EQ(placeOf(bare_encoded->layout, bare_rendered.find("What's")).part, PromptPart::kHistory);
+  EXPECT_EQ(placeOf(bare_encoded->layout, bare_rendered.find("What's")).message, 0);
+
+  // A first turn (no assistant message yet) is all system prompt and input.
+  const ParsedChatRequest first = chat({{"model", "m"},
+                                        {"messages", json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                                                  {{"role", "user"}, {"content", "Hi there"}}})}});
+  ApiResult<EncodedPrompt> first_encoded = encoder.encodeChat(first.prompt, "messages");
+  ASSERT_TRUE(first_encoded.isOk());
+  const std::string first_rendered = decode(first_encoded->ids);
+  EXPECT_EQ(placeOf(first_encoded->layout, first_rendered.find("Be brief")).part, PromptPart::kSystem);
+  EXPECT_EQ(placeOf(first_encoded->layout, first_rendered.find("Hi there")).part, PromptPart::kInput);
+  EXPECT_EQ(placeOf(first_encoded->layout, first_rendered.find("Hi there")).message, 1);
+}
+
 TEST_F(PromptEncoderTest, TemplateInputShape) {
   const ParsedChatRequest req = chat({{"model", "m"}, {"messages", toolConversation()}, {"tools", weatherTools()}});
   const PromptEncoder encoder(*v3_, *tokenizer_);

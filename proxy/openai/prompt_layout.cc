@@ -1,0 +1,108 @@
+#include "proxy/openai/prompt_layout.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+namespace lg::proxy::openai {
+namespace {
+
+bool leadingSystem(Role r) { return r == Role::kSystem || r == Role::kDeveloper; }
+
+// What a message contributed that the template copies verbatim.
+std::string_view anchorOf(const ChatMessage& m) {
+  if (m.content && !m.content->empty()) return *m.content;
+  if (!m.tool_calls.empty()) {
+    const ToolCall& c = m.tool_calls.front();
+    return c.arguments.empty() ? std::string_view(c.name) : std::string_view(c.arguments);
+  }
+  return {};
+}
+
+// The end of `needle` in `text` searched from `from`; templates commonly trim
+// a content, so a miss retries without its surrounding whitespace.
+std::optional<size_t> endOf(std::string_view text, std::string_view needle, size_t from) {
+  if (needle.empty()) return std::nullopt;
+  if (size_t at = text.find(needle, from); at != std::string_view::npos) return at + needle.size();
+  const size_t b = needle.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return std::nullopt;
+  const size_t e = needle.find_last_not_of(" \t\r\n");
+  const std::string_view core = needle.substr(b, e - b + 1);
+  if (core.size() == needle.size()) return std::nullopt;
+  if (size_t at = text.find(core, from); at != std::string_view::npos) return at + core.size();
+  return std::nullopt;
+}
+
+}  // namespace
+
+PromptLayout layOut(const ChatPrompt& prompt, std::string_view rendered, std::string_view addendum,
+                    std::string_view tools_text) {
+  PromptLayout layout;
+  layout.message_end.reserve(prompt.messages.size());
+  size_t cursor = 0;
+  bool leading = true;
+  for (size_t i = 0; i < prompt.messages.size(); ++i) {
+    const ChatMessage& m = prompt.messages[i];
+    if (leading && !leadingSystem(m.role)) {
+      leading = false;
+      // The encoder's addendum follows the last system message's content (or
+      // is a system message of its own, found here as well).
+      if (std::optional<size_t> end = endOf(rendered, addendum, cursor)) {
+        const size_t begin = *end - addendum.size();
+        if (!tools_text.empty() && addendum.substr(0, tools_text.size()) == tools_text) {
+          layout.tools_begin = begin;
+          layout.tools_end = begin + tools_text.size();
+        }
+        cursor = *end;
+        if (!layout.message_end.empty()) layout.message_end.back() = cursor;
+      }
+      layout.system_end = cursor;
+    }
+    if (m.role == Role::kAssistant) layout.last_assistant = static_cast<int32_t>(i);
+    // An assistant message's calls follow its content: the part ends after
+    // the last call's arguments.
+    if (std::optional<size_t> end = endOf(rendered, anchorOf(m), cursor)) cursor = *end;
+    for (size_t c = m.content && !m.content->empty() ? 0 : 1; c < m.tool_calls.size(); ++c) {
+      if (std::optional<size_t> end = endOf(rendered, m.tool_calls[c].arguments, cursor)) cursor = *end;
+    }
+    layout.message_end.push_back(cursor);
+  }
+  if (leading) {  // only system messages
+    if (std::optional<size_t> end = endOf(rendered, addendum, cursor)) {
+      const size_t begin = *end - addendum.size();
+      if (!tools_text.empty() && addendum.substr(0, tools_text.size()) == tools_text) {
+        layout.tools_begin = begin;
+        layout.tools_end = begin + tools_text.size();
+      }
+      cursor = *end;
+      if (!layout.message_end.empty()) layout.message_end.back() = cursor;
+    }
+    layout.system_end = cursor;
+  }
+  return layout;
+}
+
+PromptPlace placeOf(const PromptLayout& layout, size_t byte) {
+  PromptPlace place;
+  if (layout.empty()) return place;
+  const auto it = std::upper_bound(layout.message_end.begin(), layout.message_end.end(), byte);
+  place.message = it == layout.message_end.end() ? -1 : static_cast<int32_t>(it - layout.message_end.begin());
+  if (byte >= layout.tools_begin && byte < layout.tools_end) {
+    place.part = PromptPart::kTools;
+  } else if (byte < layout.system_end) {
+    place.part = PromptPart::kSystem;
+  } else if (place.message >= 0 && place.message <= layout.last_assistant) {
+    place.part = PromptPart::kHistory;
+  } else {
+    place.part = PromptPart::kInput;
+  }
+  return place;
+}
+
+size_t byteOffset(const text::Tokenizer& tokenizer, std::span<const int32_t> ids, size_t position) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < std::min(position, ids.size()); ++i) bytes += tokenizer.tokenBytes(ids[i]).size();
+  return bytes;
+}
+
+}  // namespace lg::proxy::openai
