@@ -43,6 +43,7 @@
 #include "proxy/gateway/generation_metrics.h"
 #include "proxy/http/exchange.h"
 #include "proxy/openai/api_error.h"
+#include "proxy/openai/prompt_layout.h"
 #include "proxy/openai/responder.h"
 #include "proxy/openai/usage.h"
 #include "serving/scheduler.h"
@@ -55,6 +56,9 @@ struct GenerationPlan {
   std::string requested_model;                      // as the client named it
   std::string response_id;
   std::string system_prompt;  // fingerprint, for the ledger; empty: none
+  // Where a chat prompt's messages and parts lie (the miss anatomy names the
+  // first computed token by them); empty for completions.
+  openai::PromptLayout layout;
   bool stream = false;
   openai::ParamNames params;  // names the refusals' parameters
   HttpHeaders headers;        // the response's (content type, notes)
