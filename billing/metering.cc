@@ -196,6 +196,17 @@ LedgerEntry MeteredRequest::entryLocked() const {
     if (c.usage.output_tokens > 0 && c.ttft_s >= 0 && (ttft_s < 0 || c.ttft_s < ttft_s)) ttft_s = c.ttft_s;
   }
   e.ttft_us = ttft_s < 0 ? -1 : static_cast<int64_t>(ttft_s * 1e6);
+  // The anatomy: every choice's miss tokens by cause; where the first miss
+  // lies and why, from the first choice that computed anything.
+  for (const ChoiceResult& c : choices_) {
+    if (!c.miss.recorded()) continue;
+    if (!e.miss.recorded()) {
+      const auto by_cause = e.miss.tokens_by_cause;
+      e.miss = c.miss;
+      e.miss.tokens_by_cause = by_cause;
+    }
+    for (size_t i = 0; i < kMissCauses; ++i) e.miss.tokens_by_cause[i] += c.miss.tokens_by_cause[i];
+  }
   e.status = entryStatus(choices_, early_);
   // The finish reason that explains the status: the refusal that ended the
   // response early, else the first choice billed as the request is.

@@ -149,6 +149,7 @@ struct ChoiceResult {
   std::string finish_reason;  // "stop", "length", "tool_calls", "cancelled", "error", "refused:queue_timeout", ...
   ChoiceUsage usage;
   double ttft_s = -1;         // submit to the first token; -1: none
+  MissAnatomy miss;           // why its miss tokens missed (not recorded when it never ran)
 };
 
 // The status a choice is billed as, and the request's (the table above).

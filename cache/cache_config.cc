@@ -37,6 +37,7 @@ PrefixCacheOptions prefixCacheOptions(const Config& config, engine::LatentDType 
   o.mrc_enabled = c.mrc_max_samples > 0;
   o.mrc_sampling_rate = static_cast<double>(c.mrc_sampling_ppm) / 1e6;
   o.mrc_max_samples = static_cast<size_t>(std::max(c.mrc_max_samples, 1));
+  o.evicted_blocks_tracked = static_cast<size_t>(c.evicted_blocks_tracked);
   return o;
 }
 

@@ -40,6 +40,7 @@ PrefixCache::PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest&
       geometry_{static_cast<uint32_t>(pool.layout().layers), static_cast<uint32_t>(pool.layout().block_tokens),
                 static_cast<uint32_t>(pool.layout().latent_dim)},
       cost_(options.cost),
+      evicted_(options.evicted_blocks_tracked),
       index_refs_(static_cast<size_t>(pool.allocator().capacity()), 0),
       counters_(std::make_unique<Counters>()) {
   if (disk_ != nullptr) {
@@ -58,6 +59,7 @@ PrefixCache::PrefixCache(engine::LatentPool& pool, DiskTier* disk, const Digest&
       }
     };
     writer_ = std::make_unique<WriteBack>(*disk_, pool.layout(), model, wo, std::move(on_failed));
+    disk_->setBlockEvents(&disk_reports_);
   }
   setUpCurves();
 }
@@ -82,6 +84,7 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::create(engine::LatentPool& poo
                                              : std::clamp(cores, 1, kMaxDefaultIoThreads);
   LG_ASSIGN_OR_RETURN(cache->io_, IoPool::create(threads));
   cache->loadCostModel();
+  cache->loadPriorIdentities();
   PrefixCache* raw = cache.get();
   pool.allocator().setReclaimer([raw](int32_t needed) { return raw->reclaim(needed); });
   return cache;
@@ -103,6 +106,7 @@ PrefixCache::~PrefixCache() {
   for (BlockId b : release) allocator_.release(b);
   if (writer_ != nullptr) saveCostModel();
   writer_.reset();  // writes what is queued
+  if (disk_ != nullptr) disk_->setBlockEvents(nullptr);  // the disk tier outlives the cache
 }
 
 void PrefixCache::touchLocked(Entry& e, const Digest& key) {
@@ -186,7 +190,11 @@ void PrefixCache::finishEviction(std::vector<Victim>& victims) {
   // A stale cache writes nothing: blocks computed after the weights changed
   // would be stored under the old identity.
   const bool write = !stale();
+  const int64_t now_ms = steadyMillis();
   for (Victim& v : victims) {
+    // Remembered even when written back: a block on disk is found there
+    // first, and once the disk tier drops it too, that is the eviction read.
+    evicted_.record(v.key, BlockTier::kPool, now_ms);
     if (v.write_back && write) {
       WriteBackItem item = std::move(v).item(block_bytes_);
       if (pool_.exportBlocks(std::span(&v.block, 1), item.latents).isOk()) {

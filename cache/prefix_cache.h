@@ -84,6 +84,7 @@
 #include "cache/disk_tier.h"
 #include "cache/fingerprint.h"
 #include "cache/io_pool.h"
+#include "cache/miss_anatomy.h"
 #include "cache/miss_ratio_curve.h"
 #include "cache/namespace.h"
 #include "cache/write_back.h"
@@ -114,6 +115,10 @@ struct PrefixCacheOptions {
   bool mrc_enabled = true;
   double mrc_sampling_rate = 0;
   size_t mrc_max_samples = 16384;  // per tier: the memory bound (<= 56 bytes a sample)
+  // Why lookups miss (miss_anatomy.h): how many recent evictions are
+  // remembered (about EvictedBlocks::kBytesPerKey each); 0: none, and every
+  // evicted block reads as new.
+  size_t evicted_blocks_tracked = size_t{1} << 18;
 };
 
 struct LookupOptions {
@@ -161,6 +166,8 @@ class PrefixLease {
   uint64_t restoreBytes() const;
   bool waited() const;
   const std::string& hitNamespace() const;
+  // Why the blocks after the hit were not hit (miss_anatomy.h).
+  const LookupMisses& misses() const;
 
   // The hit blocks, with one reference each, now owned by the caller (for
   // SequenceBlocks::adopt). Only the first call returns them.
@@ -380,6 +387,24 @@ class PrefixCache final : public CacheMetricsSource {
   void checkIdentity();
   void markStale(const Status& why);
 
+  // --- prefix_cache_anatomy.cc: why lookups miss (miss_anatomy.h).
+  // The identities this cache's disk tier had before, newest first; records
+  // this one's (nothing without a disk tier).
+  void loadPriorIdentities();
+  // Classifies the blocks [hit_blocks, max_hit) of a finished lookup; the
+  // ones that read as new are checked against prior identities after the
+  // lock (classifyAsOlderIdentity). Needs mu_.
+  void classifyMissesLocked(LeaseState& st, std::vector<int32_t>& unexplained);
+  void classifyAsOlderIdentity(LeaseState& st, const std::vector<int32_t>& unexplained);
+  // What the disk tier reports passes through here: a removal is remembered
+  // as an eviction, and every report goes on to the routers' sink (events_).
+  struct DiskReports final : BlockEventSink {
+    explicit DiskReports(PrefixCache& c) : cache(c) {}
+    void blockStored(BlockTier tier, const Digest& key, const Digest* parent, std::span<const int32_t> ids) override;
+    void blockRemoved(BlockTier tier, const Digest& key) override;
+    PrefixCache& cache;
+  };
+
   // --- prefix_cache_mrc.cc: the miss-ratio curves.
   void setUpCurves();
   // A completed lookup's block accesses, for each tier's curve.
@@ -407,6 +432,9 @@ class PrefixCache final : public CacheMetricsSource {
   std::unique_ptr<MissRatioCurve> mrc_disk_;
   uint64_t mrc_tier0_blocks_ = 0;  // today's sizes, in blocks
   uint64_t mrc_disk_blocks_ = 0;
+  EvictedBlocks evicted_;                 // its own lock
+  std::vector<Digest> prior_identities_;  // fixed by create()
+  DiskReports disk_reports_{*this};
 
   mutable std::mutex mu_;
   Index index_;                                   // guarded by mu_

@@ -12,8 +12,8 @@ namespace lg::cache {
 
 void PrefixCache::setBlockEvents(BlockEventSink* sink) {
   std::lock_guard lock(mu_);
+  // The disk tier reports to disk_reports_, which passes reports on to events_.
   events_.store(sink, std::memory_order_release);
-  if (disk_ != nullptr) disk_->setBlockEvents(sink);
 }
 
 size_t PrefixCache::announceResident() {

@@ -63,6 +63,7 @@ struct LeaseState {
   double restore_seconds = 0;
   uint64_t restore_bytes = 0;
   bool waited = false;
+  LookupMisses misses;  // set when the lookup finishes
 
   // The token ids of the prompt's block j.
   std::vector<int32_t> blockIds(int32_t j) const {

@@ -206,6 +206,7 @@ void PrefixCache::finishLookup(const StatePtr& st) {
   const int32_t n = static_cast<int32_t>(s.ids.size());
   s.hit_blocks = static_cast<int32_t>(s.blocks.size());
   std::vector<Victim> victims;
+  std::vector<int32_t> unexplained;  // missed blocks that read as new
   bool cancelled = false;
   {
     std::lock_guard lock(mu_);
@@ -217,8 +218,10 @@ void PrefixCache::finishLookup(const StatePtr& st) {
     victims = evictLocked(-1, std::numeric_limits<int32_t>::max());
     cancelled = s.cancelled;
     s.phase = cancelled ? LeasePhase::kDone : LeasePhase::kReady;
+    if (!cancelled) classifyMissesLocked(s, unexplained);
   }
   finishEviction(victims);
+  classifyAsOlderIdentity(s, unexplained);
   if (cancelled) {
     counters_->cancelled.fetch_add(1, std::memory_order_relaxed);
     cleanUp(s);

@@ -119,6 +119,7 @@ const std::array kFields = {
     LG_FIELD("cache.identity_check_seconds", cache.identity_check_seconds),
     LG_FIELD("cache.mrc_sampling_ppm", cache.mrc_sampling_ppm),
     LG_FIELD("cache.mrc_max_samples", cache.mrc_max_samples),
+    LG_FIELD("cache.evicted_blocks_tracked", cache.evicted_blocks_tracked),
     LG_FIELD("cache.shared_namespaces", cache.shared_namespaces),
     LG_FIELD("cache.kv_events.endpoint", cache.kv_events.endpoint),
     LG_FIELD("cache.kv_events.bind", cache.kv_events.bind),
@@ -588,6 +589,10 @@ Status validateConfig(const Config& c) {
   if (c.cache.mrc_sampling_ppm < 0 || c.cache.mrc_sampling_ppm > 1000000) {
     return invalidArgument("cache.mrc_sampling_ppm: expected 0 (per tier) or 1..1000000 parts per million, got " +
                            std::to_string(c.cache.mrc_sampling_ppm));
+  }
+  if (c.cache.evicted_blocks_tracked < 0 || c.cache.evicted_blocks_tracked > 67108864) {
+    return invalidArgument("cache.evicted_blocks_tracked: expected 0 (none) up to 67108864, got " +
+                           std::to_string(c.cache.evicted_blocks_tracked));
   }
   if (c.cache.mrc_max_samples < 0 || c.cache.mrc_max_samples > 16777216) {
     return invalidArgument("cache.mrc_max_samples: expected 0 (no curves) or 1..16777216, got " +

@@ -146,6 +146,9 @@ struct CacheOptions {
   // bound: <= 56 bytes a key; beyond it the rate drops). 0 keys: no curves.
   int mrc_sampling_ppm = 0;
   int mrc_max_samples = 16384;
+  // Recent evictions remembered to say why a request missed (docs/cache.md,
+  // "Why requests miss"); 0: none.
+  int evicted_blocks_tracked = 262144;
   // An admin publishes a prefix into a shared namespace on purpose (POST
   // /admin/shared-prefixes); the requests of the teams granted it read it.
   SharedNamespaceGrants shared_namespaces;

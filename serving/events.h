@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/miss_anatomy.h"
+
 #include "serving/request.h"
 
 namespace lg::serving {
@@ -39,6 +41,11 @@ struct Usage {
   int32_t hit_tokens_disk = 0;   // ... restored from the disk tier
   int32_t miss_tokens = 0;       // prompt tokens computed: prompt_tokens - hits
   int32_t completion_tokens = 0;  // generated, including a final end-of-sequence token
+  // Why the full blocks after the hit were computed (cache/miss_anatomy.h),
+  // when the hits came from a lookup (`looked_up`); without a cache, or with
+  // prompt log-probabilities (every position computed), there is none.
+  cache::LookupMisses misses;
+  bool looked_up = false;
   int32_t hitTokens() const { return hit_tokens_tier0 + hit_tokens_disk; }
 };
 

@@ -487,6 +487,10 @@ void Scheduler::collectReadyLookups(Clock::time_point now) {
       const int32_t disk = std::min(seq.lease.diskBlocks(), hit_blocks);
       seq.usage.hit_tokens_disk = disk * block_tokens_;
       seq.usage.hit_tokens_tier0 = cached - seq.usage.hit_tokens_disk;
+      if (!seq.want_prompt_logprobs) {
+        seq.usage.misses = seq.lease.misses();
+        seq.usage.looked_up = true;
+      }
       seq.timing.cache_lookup = seconds(now - seq.lookup_started);
       seq.timing.cache_restore = seq.lease.restoreSeconds();
       std::lock_guard lock(stats_mu_);

@@ -33,7 +33,7 @@ void Gateway::chatCompletions(const HttpRequest& request, std::shared_ptr<Exchan
 
   GenerationPlan plan = newPlan(openai::newId("chatcmpl-"), parsed->model, parsed->stream, {}, parsed->hosted_tools);
   plan.system_prompt = systemPromptOf(who, parsed->prompt);
-  plan.layout = std::move(encoded->layout);
+  plan.layout = openai::inTokens(encoded->layout, token_lengths_, encoded->ids);
   plan.params = parsed->params;
   openai::ChatResponderOptions ro;
   ro.meta.id = plan.response_id;

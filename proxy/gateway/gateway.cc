@@ -25,6 +25,7 @@ Gateway::Gateway(GatewayOptions options, const Admission& admission, const Gener
       admission_(admission),
       generation_(generation),
       tokenizer_(tokenizer),
+      token_lengths_(tokenizer),
       encoder_(encoder),
       structured_(structured),
       responses_(responses) {}

@@ -129,6 +129,7 @@ class Gateway {
   const Admission& admission_;
   const Generation& generation_;
   const text::Tokenizer& tokenizer_;
+  const openai::TokenLengths token_lengths_;  // the prompt layout in tokens
   const openai::PromptEncoder& encoder_;
   const StructuredOutput& structured_;
   ResponseStore* const responses_;

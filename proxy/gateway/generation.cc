@@ -28,12 +28,69 @@ nlohmann::json costJson(const billing::Cost& c) {
                         {"total", billing::usd(c.total())}};
 }
 
+billing::MissCause missCause(cache::BlockMiss cause) {
+  switch (cause) {
+    case cache::BlockMiss::kNew: return billing::MissCause::kNew;
+    case cache::BlockMiss::kEvicted: return billing::MissCause::kEvicted;
+    case cache::BlockMiss::kModelChanged: return billing::MissCause::kModelChanged;
+    case cache::BlockMiss::kInFlight: return billing::MissCause::kInFlight;
+    case cache::BlockMiss::kRecomputed: return billing::MissCause::kRecomputed;
+    case cache::BlockMiss::kCount: break;
+  }
+  return billing::MissCause::kNew;
+}
+
+billing::PromptRegion promptRegion(openai::PromptPart part) {
+  switch (part) {
+    case openai::PromptPart::kSystem: return billing::PromptRegion::kSystem;
+    case openai::PromptPart::kTools: return billing::PromptRegion::kTools;
+    case openai::PromptPart::kHistory: return billing::PromptRegion::kHistory;
+    case openai::PromptPart::kInput: return billing::PromptRegion::kInput;
+    case openai::PromptPart::kNone: break;
+  }
+  return billing::PromptRegion::kNone;
+}
+
+// Why a choice's miss tokens missed (docs/cache.md, "Why requests miss"):
+// the cache's classification of the blocks after the hit, the prompt's last
+// block, and where the first computed token lies in the chat prompt's layout
+// (in tokens). No prompt text.
+billing::MissAnatomy missAnatomy(const serving::Usage& u, const openai::PromptLayout& layout) {
+  billing::MissAnatomy m;
+  if (u.miss_tokens <= 0) return m;
+  int64_t classified = 0;
+  if (u.looked_up) {
+    const cache::LookupMisses& misses = u.misses;
+    for (size_t i = 0; i < cache::kBlockMisses; ++i) {
+      const int64_t tokens = int64_t{misses.blocks[i]} * misses.block_tokens;
+      m.tokens_by_cause[static_cast<size_t>(missCause(static_cast<cache::BlockMiss>(i)))] += tokens;
+      classified += tokens;
+    }
+    // The rest is the prompt's last block, which a lookup never hits.
+    m.tokens_by_cause[static_cast<size_t>(billing::MissCause::kPartialBlock)] = u.miss_tokens - classified;
+    m.first_miss_cause = misses.first_block >= 0 ? missCause(misses.first_cause) : billing::MissCause::kPartialBlock;
+    if (m.first_miss_cause == billing::MissCause::kEvicted) {
+      m.evicted_tier = std::string(cache::blockTierName(misses.evicted_tier));
+      m.evicted_ago_ms = misses.evicted_ago_ms;
+    }
+  } else {
+    m.tokens_by_cause[static_cast<size_t>(billing::MissCause::kUncached)] = u.miss_tokens;
+    m.first_miss_cause = billing::MissCause::kUncached;
+  }
+  m.first_miss_token = u.hitTokens();
+  const openai::PromptPlace place = openai::placeOf(layout, static_cast<size_t>(m.first_miss_token));
+  m.first_miss_message = place.message;
+  m.first_miss_region = promptRegion(place.part);
+  return m;
+}
+
 // How a choice ended, for the ledger.
-billing::ChoiceResult choiceResult(const serving::StreamEvent& e) {
+billing::ChoiceResult choiceResult(const serving::StreamEvent& e, billing::MissAnatomy miss) {
   billing::ChoiceResult r;
   r.usage = {e.usage.prompt_tokens, e.usage.hit_tokens_tier0, e.usage.hit_tokens_disk, e.usage.miss_tokens,
              e.usage.completion_tokens};
   r.ttft_s = e.usage.completion_tokens > 0 ? e.timing.first_token : -1;
+  r.miss = std::move(miss);
   switch (e.finish_reason) {
     case serving::FinishReason::kError:
       r.end = billing::ChoiceEnd::kFailed;
@@ -101,6 +158,7 @@ struct Generation::Call {
   HttpHeaders headers;
   std::function<void(const openai::Responder&)> on_done;
   std::function<void(size_t, const serving::StreamEvent&)> observe;
+  openai::PromptLayout layout;  // the plan's, in tokens (for the miss anatomy)
   std::string key_id;  // whose (a revocation cancels it); empty: the admin's own work
   bool ended = false;  // the responder finished (engine thread only)
 
@@ -199,6 +257,7 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
   call->headers = std::move(plan.headers);
   call->on_done = std::move(plan.on_done);
   call->observe = std::move(plan.observe);
+  call->layout = std::move(plan.layout);
   if (ticket) {
     call->metered = ticket->metered;
     call->key_id = ticket->who.key_id;
@@ -221,7 +280,9 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
   std::vector<serving::EventSink> sinks;
   for (size_t i = 0; i < n; ++i) {
     sinks.push_back([this, call, i](serving::StreamEvent&& e) {
-      if (e.final && metrics_ != nullptr) metrics_->generationEnded(call->exchange->request().received, e);
+      // Why its prompt tokens missed: for the metrics and the ledger entry.
+      const billing::MissAnatomy miss = e.final ? missAnatomy(e.usage, call->layout) : billing::MissAnatomy{};
+      if (e.final && metrics_ != nullptr) metrics_->generationEnded(call->exchange->request().received, e, miss);
       if (call->observe) call->observe(i, e);
       openai::ResponderOutput out = call->responder->onEvent(i, e);
       // A response ends once: later events (of choices still running when
@@ -242,7 +303,7 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
         }
       }
       if (e.final && call->metered) {
-        const bool metered_last = call->metered->choiceEnded(i, choiceResult(e));
+        const bool metered_last = call->metered->choiceEnded(i, choiceResult(e, miss));
         LG_CHECK(metered_last == last, "the metering and the call disagree on a request's last choice");
       }
       if (last) {
@@ -268,7 +329,7 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
     if (call->ticket) admission_.settle(*call->ticket, 0);
     if (call->metered) {
       const std::string reason = "refused:" + std::string(serving::refusalName(sub.refused.reason));
-      for (size_t i = 0; i < n; ++i) call->metered->choiceEnded(i, {billing::ChoiceEnd::kRefused, reason, {}, -1});
+      for (size_t i = 0; i < n; ++i) call->metered->choiceEnded(i, {billing::ChoiceEnd::kRefused, reason, {}, -1, {}});
       call->metered->commit("", "", {});
     }
     return respondWithApiError(*exchange,

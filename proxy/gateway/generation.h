@@ -56,8 +56,9 @@ struct GenerationPlan {
   std::string requested_model;                      // as the client named it
   std::string response_id;
   std::string system_prompt;  // fingerprint, for the ledger; empty: none
-  // Where a chat prompt's messages and parts lie (the miss anatomy names the
-  // first computed token by them); empty for completions.
+  // Where a chat prompt's messages and parts lie, in token positions of its
+  // ids (openai::inTokens): the miss anatomy names the first computed token
+  // by them. Empty for completions.
   openai::PromptLayout layout;
   bool stream = false;
   openai::ParamNames params;  // names the refusals' parameters

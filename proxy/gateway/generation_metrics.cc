@@ -33,7 +33,7 @@ std::vector<double> e2eBuckets() {
 GenerationMetrics::GenerationMetrics() : ttft_(ttftBuckets()), tpot_(tpotBuckets()), e2e_(e2eBuckets()) {}
 
 void GenerationMetrics::generationEnded(serving::Clock::time_point received, const serving::StreamEvent& e,
-                                        serving::Clock::time_point now) {
+                                        const billing::MissAnatomy& miss, serving::Clock::time_point now) {
   const serving::Usage& u = e.usage;
   const serving::Timing& t = e.timing;
   const double since_received = std::max(0.0, seconds(now - received));
@@ -52,6 +52,18 @@ void GenerationMetrics::generationEnded(serving::Clock::time_point received, con
   add(kHitDisk, u.hit_tokens_disk);
   add(kMiss, u.miss_tokens);
   add(kOutput, u.completion_tokens);
+  if (!miss.recorded()) return;
+  for (size_t c = 0; c < billing::kMissCauses; ++c) {
+    if (miss.tokens_by_cause[c] > 0) {
+      miss_tokens_[c].fetch_add(static_cast<uint64_t>(miss.tokens_by_cause[c]), std::memory_order_relaxed);
+    }
+  }
+  for (size_t t = 0; t < 2; ++t) {
+    const int64_t tokens = int64_t{u.misses.evicted_from[t]} * u.misses.block_tokens;
+    if (tokens > 0) evicted_tokens_[t].fetch_add(static_cast<uint64_t>(tokens), std::memory_order_relaxed);
+  }
+  first_misses_[static_cast<size_t>(miss.first_miss_region)][static_cast<size_t>(miss.first_miss_cause)].fetch_add(
+      1, std::memory_order_relaxed);
 }
 
 void GenerationMetrics::collect(ExpositionWriter& w) const {
@@ -71,6 +83,37 @@ void GenerationMetrics::collect(ExpositionWriter& w) const {
     w.sample({{"kind", "prompt_hit_disk"}}, tokens(kHitDisk));
     w.sample({{"kind", "prompt_miss"}}, tokens(kMiss));
     w.sample({{"kind", "output"}}, tokens(kOutput));
+  }
+  if (w.family("latentgate_prompt_miss_tokens_total",
+               "Prompt tokens of API generations computed rather than reused, by why (docs/cache.md, \"Why requests "
+               "miss\"): new, evicted, model_changed, in_flight, recomputed, partial_block, uncached.",
+               MetricType::kCounter)) {
+    for (size_t c = 0; c < billing::kMissCauses; ++c) {
+      w.sample({{"cause", std::string(billing::missCauseName(static_cast<billing::MissCause>(c)))}},
+               miss_tokens_[c].load(std::memory_order_relaxed));
+    }
+  }
+  if (w.family("latentgate_prompt_evicted_tokens_total",
+               "Prompt tokens computed again because their blocks had been evicted, by the tier they left last (pool: "
+               "tier 0 without a disk tier behind it; disk).",
+               MetricType::kCounter)) {
+    for (const cache::BlockTier t : {cache::BlockTier::kPool, cache::BlockTier::kDisk}) {
+      w.sample({{"tier", std::string(cache::blockTierName(t))}},
+               evicted_tokens_[static_cast<size_t>(t)].load(std::memory_order_relaxed));
+    }
+  }
+  if (w.family("latentgate_first_miss_total",
+               "API generations that computed prompt tokens, by the part of the chat prompt their first computed "
+               "token lies in (system, tools, history, input; none: not a chat prompt) and why it missed.",
+               MetricType::kCounter)) {
+    for (size_t r = 0; r < billing::kPromptRegions; ++r) {
+      const std::string_view region = billing::promptRegionName(static_cast<billing::PromptRegion>(r));
+      for (size_t c = 0; c < billing::kMissCauses; ++c) {
+        w.sample({{"region", std::string(region.empty() ? "none" : region)},
+                  {"cause", std::string(billing::missCauseName(static_cast<billing::MissCause>(c)))}},
+                 first_misses_[r][c].load(std::memory_order_relaxed));
+      }
+    }
   }
 }
 

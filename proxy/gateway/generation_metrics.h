@@ -10,6 +10,7 @@
 
 #include "common/histogram.h"
 #include "common/metrics.h"
+#include "billing/ledger.h"
 #include "serving/events.h"
 
 namespace lg::proxy {
@@ -32,8 +33,11 @@ class GenerationMetrics {
   //     queue (they were never served).
   //   tokens: the usage (hit tier 0, hit disk, miss, output), also of
   //     cancelled generations (what was computed).
+  //   why prompt tokens missed (`miss`, the generation's anatomy): tokens by
+  //     cause, evicted ones by the tier they left, and generations by where
+  //     and why their first computed token missed.
   void generationEnded(serving::Clock::time_point received, const serving::StreamEvent& final_event,
-                       serving::Clock::time_point now = serving::Clock::now());
+                       const billing::MissAnatomy& miss, serving::Clock::time_point now = serving::Clock::now());
 
   void collect(metrics::ExpositionWriter& w) const;
 
@@ -48,6 +52,9 @@ class GenerationMetrics {
   metrics::AtomicHistogram tpot_;
   metrics::AtomicHistogram e2e_;
   std::atomic<uint64_t> tokens_[kTokenKinds] = {};
+  std::atomic<uint64_t> miss_tokens_[billing::kMissCauses] = {};
+  std::atomic<uint64_t> evicted_tokens_[2] = {};  // by cache::BlockTier
+  std::atomic<uint64_t> first_misses_[billing::kPromptRegions][billing::kMissCauses] = {};
 };
 
 }  // namespace lg::proxy

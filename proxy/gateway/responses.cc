@@ -142,7 +142,7 @@ void Gateway::continueResponse(const HttpRequest& request, std::shared_ptr<Excha
   GenerationPlan plan =
       newPlan(openai::newId("resp_"), parsed->model, parsed->stream, parsed->ignored, parsed->hosted_tools);
   plan.system_prompt = systemPromptOf(who, parsed->prompt);
-  plan.layout = std::move(encoded->layout);
+  plan.layout = openai::inTokens(encoded->layout, token_lengths_, encoded->ids);
   plan.params = parsed->params;
   openai::ResponsesResponderOptions ro;
   ro.meta.id = plan.response_id;

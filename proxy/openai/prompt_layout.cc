@@ -105,4 +105,31 @@ size_t byteOffset(const text::Tokenizer& tokenizer, std::span<const int32_t> ids
   return bytes;
 }
 
+TokenLengths::TokenLengths(const text::Tokenizer& tokenizer) {
+  lengths_.resize(static_cast<size_t>(std::max(0, tokenizer.vocabSize())));
+  for (size_t id = 0; id < lengths_.size(); ++id) {
+    lengths_[id] = static_cast<uint32_t>(tokenizer.tokenBytes(static_cast<int32_t>(id)).size());
+  }
+}
+
+PromptLayout inTokens(const PromptLayout& layout, const TokenLengths& lengths, std::span<const int32_t> ids) {
+  PromptLayout out = layout;
+  // Every boundary, in byte order; one pass over the tokens counts those
+  // that start before each.
+  std::vector<size_t*> bounds;
+  bounds.reserve(out.message_end.size() + 3);
+  for (size_t& end : out.message_end) bounds.push_back(&end);
+  bounds.push_back(&out.system_end);
+  bounds.push_back(&out.tools_begin);
+  bounds.push_back(&out.tools_end);
+  std::stable_sort(bounds.begin(), bounds.end(), [](const size_t* a, const size_t* b) { return *a < *b; });
+  size_t token = 0;
+  size_t start = 0;  // the byte where ids[token] starts
+  for (size_t* bound : bounds) {
+    while (token < ids.size() && start < *bound) start += lengths[ids[token++]];
+    *bound = token;
+  }
+  return out;
+}
+
 }  // namespace lg::proxy::openai

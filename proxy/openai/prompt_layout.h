@@ -74,4 +74,22 @@ PromptPlace placeOf(const PromptLayout& layout, size_t byte);
 // The byte of the rendered text where token `position` of `ids` begins.
 size_t byteOffset(const text::Tokenizer& tokenizer, std::span<const int32_t> ids, size_t position);
 
+// The byte length of every token's text, made once per tokenizer, so that a
+// prompt's token positions map to bytes in one pass of additions.
+class TokenLengths {
+ public:
+  explicit TokenLengths(const text::Tokenizer& tokenizer);
+  size_t operator[](int32_t id) const {
+    return id >= 0 && static_cast<size_t>(id) < lengths_.size() ? lengths_[static_cast<size_t>(id)] : 0;
+  }
+
+ private:
+  std::vector<uint32_t> lengths_;
+};
+
+// `layout` (in bytes) with its positions in tokens of `ids` instead: a token
+// belongs to the part its first byte lies in. placeOf() then takes a token
+// position.
+PromptLayout inTokens(const PromptLayout& layout, const TokenLengths& lengths, std::span<const int32_t> ids);
+
 }  // namespace lg::proxy::openai

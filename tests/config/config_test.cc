@@ -154,6 +154,8 @@ TEST(ConfigTest, MissRatioCurvesSamplePerTierByDefaultAndTheirBoundsAreChecked) 
   Config c;
   EXPECT_EQ(c.cache.mrc_sampling_ppm, 0);  // per tier
   EXPECT_EQ(c.cache.mrc_max_samples, 16384);
+  EXPECT_EQ(c.cache.evicted_blocks_tracked, 262144);
+  EXPECT_FALSE(applyConfigText(R"({"cache": {"evicted_blocks_tracked": -1}})", "f.json", c).isOk());
   ASSERT_TRUE(applyConfigText(R"({"cache": {"mrc_sampling_ppm": 10000, "mrc_max_samples": 0}})", "f.json", c).isOk());
   EXPECT_EQ(c.cache.mrc_sampling_ppm, 10000);
   EXPECT_EQ(c.cache.mrc_max_samples, 0);  // no curves

@@ -41,20 +41,20 @@ TEST(GenerationMetricsTest, LatenciesAreMeasuredFromTheRequestAndTokensCountedBy
   t.total = 1.5;        // the engine saw 1.5 s of the 2 s: 0.5 s went before submit
   t.first_token = 0.5;  // submit -> first token
   t.decode = 0.8;       // first -> last of 5 tokens
-  m.generationEnded(received, finalEvent(serving::FinishReason::kLength, 100, 64, 16, 5, t), received + 2s);
+  m.generationEnded(received, finalEvent(serving::FinishReason::kLength, 100, 64, 16, 5, t), {}, received + 2s);
   // A cancelled generation with one token: TTFT, no TPOT.
   serving::Timing one;
   one.total = 0.3;
   one.first_token = 0.2;
-  m.generationEnded(received, finalEvent(serving::FinishReason::kCancelled, 10, 0, 0, 1, one), received + 400ms);
+  m.generationEnded(received, finalEvent(serving::FinishReason::kCancelled, 10, 0, 0, 1, one), {}, received + 400ms);
   // Cancelled before its first token: end to end only.
   serving::Timing none;
   none.total = 0.05;
-  m.generationEnded(received, finalEvent(serving::FinishReason::kCancelled, 10, 0, 0, 0, none), received + 60ms);
+  m.generationEnded(received, finalEvent(serving::FinishReason::kCancelled, 10, 0, 0, 0, none), {}, received + 60ms);
   // Refused in the queue: never served, no latency; no tokens.
   serving::Timing refused;
   refused.total = 30;
-  m.generationEnded(received, finalEvent(serving::FinishReason::kRefused, 0, 0, 0, 0, refused), received + 30s);
+  m.generationEnded(received, finalEvent(serving::FinishReason::kRefused, 0, 0, 0, 0, refused), {}, received + 30s);
 
   const Histogram ttft = m.timeToFirstToken();
   EXPECT_EQ(ttft.count, 2u);

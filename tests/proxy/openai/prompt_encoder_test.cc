@@ -244,6 +244,16 @@ TEST_F(PromptEncoderTest, TheLayoutNamesEachPositionByItsMessageAndPart) {
     EXPECT_EQ(byteOffset(*tokenizer_, encoded->ids, p), decode(head).size()) << p;
   }
 
+  // In tokens, each token is placed where its first byte is.
+  const TokenLengths lengths(*tokenizer_);
+  const PromptLayout in_tokens = inTokens(layout, lengths, encoded->ids);
+  for (size_t p = 0; p < encoded->ids.size(); ++p) {
+    const PromptPlace by_token = placeOf(in_tokens, p);
+    const PromptPlace by_byte = placeOf(layout, byteOffset(*tokenizer_, encoded->ids, p));
+    EXPECT_EQ(by_token.message, by_byte.message) << p;
+    EXPECT_EQ(by_token.part, by_byte.part) << p;
+  }
+
   // Without a system message the encoder's tool definitions are a system
   // message of their own, before the first user message.
   json messages = toolConversation();
