@@ -296,6 +296,17 @@ std::string encodeEntry(const LedgerEntry& e) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string encodeMissAnatomy(const MissAnatomy& m) {
+  return missToJson(m).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<MissAnatomy> decodeMissAnatomy(std::string_view text) {
+  const json j = json::parse(text, nullptr, false);
+  MissAnatomy m;
+  if (j.is_discarded() || !missFromJson(j, m)) return dataLoss("a ledger entry's miss anatomy is corrupt");
+  return m;
+}
+
 Result<LedgerEntry> decodeEntry(std::string_view text) {
   const json j = json::parse(text, nullptr, false);
   LedgerEntry e;

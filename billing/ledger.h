@@ -159,6 +159,12 @@ struct LedgerEntry {
 // its own view (proxy/admin/usage_json.h: ledgerEntryJson).
 std::string encodeEntry(const LedgerEntry& entry);
 Result<LedgerEntry> decodeEntry(std::string_view json_text);
+// The entry's "miss" field alone, for the stores and views that keep or show
+// it apart from the entry (PostgreSQL's ledger_entries.miss, the admin API's
+// entry view): a JSON object, or "null" when the anatomy is not recorded.
+// decodeMissAnatomy reads either back (DataLoss when it is neither).
+std::string encodeMissAnatomy(const MissAnatomy& anatomy);
+Result<MissAnatomy> decodeMissAnatomy(std::string_view json_text);
 
 // The counters kept per dimension and hour, slot by slot.
 enum CounterSlot : size_t {

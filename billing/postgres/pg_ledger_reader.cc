@@ -48,11 +48,7 @@ Status readCounters(const pqxx::row& row, size_t first, Counters* c) {
 
 std::string sumList() {
   std::string s;
-  for (const char* c : {"requests", "completed", "cancelled", "failed", "refused", "prompt_tokens", "hit_tokens_tier0",
-                        "hit_tokens_disk", "miss_tokens", "output_tokens", "cost_hit", "cost_miss", "cost_output",
-                        "hit_at_miss_price"}) {
-    s += std::string(", sum(") + c + ")::text";
-  }
+  for (const CounterColumn& c : counterColumns()) s += ", sum(" + c.name + ")::text";
   return s;
 }
 
@@ -94,6 +90,12 @@ Status entryOf(const pqxx::row& row, LedgerEntry* out) {
   if (!parsed) return dataLoss("ledger entry " + quoteValue(e.request_id) + " has status " + quoteValue(status));
   e.status = *parsed;
   e.finish_reason = text();
+  if (!row[i].is_null()) {
+    auto miss = decodeMissAnatomy(row[i].as<std::string>());
+    if (!miss.isOk()) return dataLoss("ledger entry " + quoteValue(e.request_id) + ": " + miss.status().message());
+    e.miss = std::move(miss).value();
+  }
+  ++i;
   *out = std::move(e);
   return Status::ok();
 }
@@ -260,13 +262,12 @@ Result<std::vector<UsageRow>> PgLedgerReader::usage(const UsageQuery& q) const {
 Result<VerifyReport> PgLedgerReader::verify() const {
   std::string mismatch_cond;
   std::string e_cols, u_cols;
-  for (const char* c : {"requests", "completed", "cancelled", "failed", "refused", "prompt_tokens", "hit_tokens_tier0",
-                        "hit_tokens_disk", "miss_tokens", "output_tokens", "cost_hit", "cost_miss", "cost_output",
-                        "hit_at_miss_price"}) {
+  for (const CounterColumn& col : counterColumns()) {
+    const std::string& c = col.name;
     if (!mismatch_cond.empty()) mismatch_cond += " OR ";
-    mismatch_cond += std::string("e.") + c + " IS DISTINCT FROM u." + c;
-    e_cols += std::string(", coalesce(e.") + c + ", 0)::text";
-    u_cols += std::string(", coalesce(u.") + c + ", 0)::text";
+    mismatch_cond += "e." + c + " IS DISTINCT FROM u." + c;
+    e_cols += ", coalesce(e." + c + ", 0)::text";
+    u_cols += ", coalesce(u." + c + ", 0)::text";
   }
   const std::string sql = "WITH e AS (" + rollupSelect("ledger_entries") + ")"
                           " SELECT coalesce(e.dimension, u.dimension), coalesce(e.hour_s, u.hour_s),"

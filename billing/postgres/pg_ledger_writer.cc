@@ -23,18 +23,16 @@ std::string batchStatement() {
       "prompt_tokens bigint, hit_tokens_tier0 bigint, hit_tokens_disk bigint, miss_tokens bigint, "
       "output_tokens bigint, choices integer, rate_hit bigint, rate_miss bigint, rate_output bigint, "
       "price_version bigint, priced_as text, price_window integer, cost_hit bigint, cost_miss bigint, "
-      "cost_output bigint, status text, finish_reason text";
+      "cost_output bigint, status text, finish_reason text, miss jsonb";
   std::string updates;
-  for (const char* c : {"requests", "completed", "cancelled", "failed", "refused", "prompt_tokens", "hit_tokens_tier0",
-                        "hit_tokens_disk", "miss_tokens", "output_tokens", "cost_hit", "cost_miss", "cost_output",
-                        "hit_at_miss_price"}) {
+  for (const CounterColumn& c : counterColumns()) {
     if (!updates.empty()) updates += ", ";
-    updates += std::string(c) + " = usage_hourly." + c + " + EXCLUDED." + c;
+    updates += c.name + " = usage_hourly." + c.name + " + EXCLUDED." + c.name;
   }
   return std::string("WITH batch AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS b(") + record_types + ")),"
          " ins AS (INSERT INTO ledger_entries (" + kEntryColumns + ") SELECT " + kEntryColumns +
          " FROM batch ORDER BY request_id COLLATE \"C\" ON CONFLICT (request_id) DO NOTHING RETURNING " + kEntryColumns + "),"
-         " up AS (INSERT INTO usage_hourly (dimension, hour_s, team, value, " + kCounterColumns + ")"
+         " up AS (INSERT INTO usage_hourly (dimension, hour_s, team, value, " + counterColumnList() + ")"
          " SELECT * FROM (" + rollupSelect("ins") + ") AS a ORDER BY dimension, hour_s, team, value"
          " ON CONFLICT (dimension, hour_s, team, value) DO UPDATE SET " + updates + " RETURNING 1)"
          " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM up)";
@@ -43,7 +41,7 @@ std::string batchStatement() {
 Status checkText(const LedgerEntry& e) {
   for (const std::string* s : {&e.request_id, &e.response_id, &e.key_id, &e.team, &e.model, &e.requested_model,
                                &e.endpoint, &e.system_prompt, &e.idempotency_key, &e.prices.priced_as,
-                               &e.finish_reason}) {
+                               &e.finish_reason, &e.miss.evicted_tier}) {
     if (s->find('\0') != std::string::npos) {
       return invalidArgument("ledger entry " + quoteValue(e.request_id) + " has a NUL byte, which PostgreSQL text cannot hold");
     }
@@ -80,7 +78,9 @@ nlohmann::json entryJson(const LedgerEntry& e) {
           {"cost_miss", e.cost.input_cache_miss},
           {"cost_output", e.cost.output},
           {"status", std::string(entryStatusName(e.status))},
-          {"finish_reason", e.finish_reason}};
+          {"finish_reason", e.finish_reason},
+          // The stored entry's "miss" field as it is (null: not recorded).
+          {"miss", nlohmann::json::parse(encodeMissAnatomy(e.miss))}};
 }
 
 }  // namespace

@@ -122,6 +122,28 @@ CREATE TABLE cluster_secrets (
 );
 )sql";
 
+// Version 5: why requests missed (billing/ledger.h, MissAnatomy). `miss`
+// holds an entry's anatomy as the RocksDB entry's "miss" field holds it
+// (encodeMissAnatomy), NULL for entries without one (all those written
+// before it); usage_hourly gains the counters the anatomy feeds: miss tokens
+// by cause, and the miss tokens of entries by the region of their first
+// computed token. Rows already there had no anatomy: 0 is their exact value.
+constexpr std::string_view kV5 = R"sql(
+ALTER TABLE ledger_entries ADD COLUMN miss jsonb;
+ALTER TABLE usage_hourly
+  ADD COLUMN miss_new            numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN miss_evicted        numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN miss_model_changed  numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN miss_in_flight      numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN miss_recomputed     numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN miss_partial_block  numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN miss_uncached       numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN first_miss_system   numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN first_miss_tools    numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN first_miss_history  numeric(40,0) NOT NULL DEFAULT 0,
+  ADD COLUMN first_miss_input    numeric(40,0) NOT NULL DEFAULT 0;
+)sql";
+
 Status ensureMigrationsTable(pqxx::work& tx) {
   tx.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -137,6 +159,7 @@ const std::vector<Migration>& migrations() {
       {2, "control records shared by the replicas", kV2},
       {3, "the index of stored responses", kV3},
       {4, "secrets shared by the replicas", kV4},
+      {5, "miss anatomy of entries and miss counters of usage rollups", kV5},
   };
   return kMigrations;
 }

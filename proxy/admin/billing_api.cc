@@ -31,6 +31,33 @@ constexpr std::string_view kCounterColumns[] = {
     "prompt_cache_miss_tokens", "completion_tokens", "cost_input_cache_hit", "cost_input_cache_miss", "cost_output",
     "cost_total", "cache_savings"};
 
+// The CSV's last columns, after kCounterColumns: countersJson's
+// miss_tokens_by_cause and miss_tokens_by_first_region flattened, one
+// column per cause and per region ("miss_tokens_by_cause_evicted").
+const std::vector<std::string>& missCsvColumns() {
+  static const std::vector<std::string> columns = [] {
+    std::vector<std::string> c;
+    for (size_t i = 0; i < billing::kMissCauses; ++i) {
+      c.push_back("miss_tokens_by_cause_" + std::string(billing::missCauseName(static_cast<billing::MissCause>(i))));
+    }
+    for (size_t i = 1; i < billing::kPromptRegions; ++i) {
+      c.push_back("miss_tokens_by_first_region_" +
+                  std::string(billing::promptRegionName(static_cast<billing::PromptRegion>(i))));
+    }
+    return c;
+  }();
+  return columns;
+}
+
+// A usage row's nested miss objects as missCsvColumns' flat fields.
+void flattenMissFields(json& row) {
+  for (const char* nested : {"miss_tokens_by_cause", "miss_tokens_by_first_region"}) {
+    if (!row.contains(nested)) continue;
+    for (const auto& [name, tokens] : row[nested].items()) row[std::string(nested) + "_" + name] = tokens;
+    row.erase(nested);
+  }
+}
+
 std::string csvField(const json& v) {
   std::string s = v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump();
   if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
@@ -147,18 +174,28 @@ void BillingApi::usageCsv(const HttpRequest& request, std::shared_ptr<Exchange> 
 void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exchange, bool csv) const {
   const auto q = parseQuery(request.query);
   billing::UsageQuery query;
+  // group_by=miss_cause pivots the rows the same filters read ungrouped (the
+  // key rows with a key, else the team rows, or a system prompt's rows): it
+  // is no dimension of the stores, so both answer it alike.
+  bool by_miss_cause = false;
   if (auto it = q.find("group_by"); it != q.end() && !it->second.empty()) {
     auto g = billing::parseGroupBy(it->second);
-    if (!g) return respondWithApiError(*exchange, badParam("group_by", "`group_by` must be key, team, model or system_prompt"));
-    query.group_by = *g;
+    by_miss_cause = it->second == "miss_cause";
+    if (!g && !by_miss_cause) {
+      return respondWithApiError(*exchange,
+                                 badParam("group_by", "`group_by` must be key, team, model, system_prompt or miss_cause"));
+    }
+    if (g) query.group_by = *g;
   }
   if (auto e = parseUsageRange(q, query)) return respondWithApiError(*exchange, *e);
   if (auto it = q.find("key_id"); it != q.end()) query.key_id = it->second;
   if (auto it = q.find("team"); it != q.end()) query.team = it->second;
-  auto rows = reads_.usage(query);
+  const std::string system_prompt = q.contains("system_prompt") ? q.at("system_prompt") : "";
+  auto rows = readUsage(reads_, query, system_prompt);
   if (!rows.isOk()) {
     if (rows.status().code() == StatusCode::kInvalidArgument) {
-      return respondWithApiError(*exchange, badParam("group_by", rows.status().message()));
+      return respondWithApiError(*exchange, badParam(system_prompt.empty() ? "group_by" : "system_prompt",
+                                                     rows.status().message()));
     }
     return respondWithApiError(*exchange, ledgerReadError(reads_, rows.status(), "usage query"));
   }
@@ -167,16 +204,30 @@ void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exc
     for (const billing::ApiKeyInfo& k : keys_.list()) key_names[k.id] = k.name;
   }
   UsageList list = usageList(*rows, query, key_names);
+  if (by_miss_cause) list.data = missCauseRowsJson(*rows, query);
   json& data = list.data;
   if (csv) {
-    std::string out;
     std::vector<std::string> columns;
-    if (!data.empty()) {
-      for (const auto& [k, v] : data[0].items()) {
-        if (std::find(std::begin(kCounterColumns), std::end(kCounterColumns), k) == std::end(kCounterColumns)) columns.push_back(k);
+    if (by_miss_cause) {
+      if (query.granularity_s > 0) columns = {"period", "period_start"};
+      columns.insert(columns.end(), {"miss_cause", "prompt_cache_miss_tokens", "share"});
+    } else {
+      // The group's own columns (the first row's other fields), then the
+      // counters, then the miss counters flattened.
+      for (json& row : data) flattenMissFields(row);
+      const std::vector<std::string>& miss_columns = missCsvColumns();
+      if (!data.empty()) {
+        for (const auto& [k, v] : data[0].items()) {
+          if (std::find(std::begin(kCounterColumns), std::end(kCounterColumns), k) == std::end(kCounterColumns) &&
+              std::find(miss_columns.begin(), miss_columns.end(), k) == miss_columns.end()) {
+            columns.push_back(k);
+          }
+        }
       }
+      for (std::string_view c : kCounterColumns) columns.emplace_back(c);
+      columns.insert(columns.end(), miss_columns.begin(), miss_columns.end());
     }
-    for (std::string_view c : kCounterColumns) columns.emplace_back(c);
+    std::string out;
     for (size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + columns[i];
     out += "\r\n";
     for (const json& row : data) {
@@ -190,8 +241,10 @@ void BillingApi::usage(const HttpRequest& request, std::shared_ptr<Exchange> exc
   markDeletedTeams(data, keys_);
   exchange->respond(200, jsonHeaders(),
                     openai::jsonText(json{{"object", "list"},
-                                {"group_by", query.group_by == billing::GroupBy::kNone ? json(nullptr)
-                                                                                       : json(billing::groupByName(query.group_by))},
+                                {"group_by", by_miss_cause ? json("miss_cause")
+                                             : query.group_by == billing::GroupBy::kNone
+                                                 ? json(nullptr)
+                                                 : json(billing::groupByName(query.group_by))},
                                 {"granularity", granularityJson(query.granularity_s)},
                                 {"from", usageFromS(query)},
                                 {"to", usageToS(query)},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "billing/prices.h"
 #include "common/unix_time.h"
@@ -17,8 +18,28 @@ namespace {
 
 using nlohmann::json;
 
+// A ratio to 4 decimals: what a share needs, without a double's tail (0.30000000000000004).
+double rounded4(double v) { return std::round(v * 10000.0) / 10000.0; }
 
 }  // namespace
+
+json missAnatomyJson(const billing::MissAnatomy& m) {
+  using namespace billing;
+  if (!m.recorded()) return nullptr;
+  json causes = json::object();
+  for (size_t i = 0; i < kMissCauses; ++i) causes[std::string(missCauseName(static_cast<MissCause>(i)))] = m.tokens_by_cause[i];
+  json out{{"tokens_by_cause", std::move(causes)},
+           {"first_miss_token", m.first_miss_token},
+           {"first_miss_message", m.first_miss_message >= 0 ? json(m.first_miss_message) : json(nullptr)},
+           {"first_miss_region", m.first_miss_region != PromptRegion::kNone ? json(promptRegionName(m.first_miss_region))
+                                                                              : json(nullptr)},
+           {"first_miss_cause", missCauseName(m.first_miss_cause)}};
+  if (m.first_miss_cause == MissCause::kEvicted) {
+    out["evicted_tier"] = m.evicted_tier;
+    out["evicted_ago_ms"] = m.evicted_ago_ms;
+  }
+  return out;
+}
 
 json ledgerEntryJson(const billing::LedgerEntry& e) {
   return json{{"request_id", e.request_id},
@@ -51,7 +72,8 @@ json ledgerEntryJson(const billing::LedgerEntry& e) {
               {"cost_total", billing::usd(e.cost.total())},  // as /admin/usage writes costs: exact dollars
               {"start", isoTime(e.start_us / 1'000'000)},
               {"status", billing::entryStatusName(e.status)},
-              {"finish_reason", e.finish_reason}};
+              {"finish_reason", e.finish_reason},
+              {"miss", missAnatomyJson(e.miss)}};
 }
 
 json countersJson(const billing::Counters& c, json out) {
@@ -72,6 +94,63 @@ json countersJson(const billing::Counters& c, json out) {
   out["cost_output"] = usd(c[kCostOutput]);
   out["cost_total"] = usd(costTotal(c));
   out["cache_savings"] = usd(cacheSavings(c));
+  json by_cause = json::object();
+  for (size_t i = 0; i < kMissCauses; ++i) {
+    const auto cause = static_cast<MissCause>(i);
+    by_cause[std::string(missCauseName(cause))] = c[missCauseSlot(cause)];
+  }
+  out["miss_tokens_by_cause"] = std::move(by_cause);
+  json by_region = json::object();
+  for (size_t i = 1; i < kPromptRegions; ++i) {
+    const auto region = static_cast<PromptRegion>(i);
+    by_region[std::string(promptRegionName(region))] = c[firstMissSlot(region)];
+  }
+  out["miss_tokens_by_first_region"] = std::move(by_region);
+  return out;
+}
+
+json missCauseRowsJson(const std::vector<billing::UsageRow>& rows, const billing::UsageQuery& query) {
+  using namespace billing;
+  std::map<int64_t, Counters> by_period;  // ordered: the periods in time order
+  for (const UsageRow& r : rows) addCounters(by_period[r.period_start_s], r.counters);
+  json out = json::array();
+  for (const auto& [period, c] : by_period) {
+    uint64_t with_cause = 0;
+    for (size_t i = 0; i < kMissCauses; ++i) with_cause += c[missCauseSlot(static_cast<MissCause>(i))];
+    for (size_t i = 0; i < kMissCauses; ++i) {
+      const auto cause = static_cast<MissCause>(i);
+      const uint64_t tokens = c[missCauseSlot(cause)];
+      json row{{"miss_cause", missCauseName(cause)},
+               {"prompt_cache_miss_tokens", tokens},
+               {"share", with_cause == 0 ? 0.0 : rounded4(static_cast<double>(tokens) / static_cast<double>(with_cause))}};
+      if (query.granularity_s > 0) {
+        row["period_start"] = period;
+        row["period"] = isoTime(period);
+      }
+      out.push_back(std::move(row));
+    }
+  }
+  return out;
+}
+
+Result<std::vector<billing::UsageRow>> readUsage(const billing::LedgerReads& reads, const billing::UsageQuery& query,
+                                                 const std::string& system_prompt) {
+  using billing::GroupBy;
+  if (system_prompt.empty()) return reads.usage(query);
+  if (!query.key_id.empty()) return invalidArgument("usage of a system prompt cannot be limited to a key");
+  if (query.group_by != GroupBy::kNone && query.group_by != GroupBy::kSystemPrompt) {
+    return invalidArgument("usage of a system prompt can be grouped by system_prompt or miss_cause only");
+  }
+  billing::UsageQuery by_prompt = query;
+  by_prompt.group_by = GroupBy::kSystemPrompt;
+  LG_ASSIGN_OR_RETURN(std::vector<billing::UsageRow> rows, reads.usage(by_prompt));
+  std::erase_if(rows, [&](const billing::UsageRow& r) { return r.group != system_prompt; });
+  if (query.group_by == GroupBy::kSystemPrompt) return rows;
+  // Ungrouped: one row per period, as the team rows give it.
+  std::map<int64_t, billing::Counters> by_period;
+  for (const billing::UsageRow& r : rows) billing::addCounters(by_period[r.period_start_s], r.counters);
+  std::vector<billing::UsageRow> out;
+  for (const auto& [period, c] : by_period) out.push_back(billing::UsageRow{"", query.team, period, c});
   return out;
 }
 

@@ -27,8 +27,30 @@ namespace lg::proxy {
 
 // The counters as the usage API names them, added to `out`: request counts
 // by status, tokens by kind, costs and cache_savings as exact decimal dollar
-// strings ("0.000001792").
+// strings ("0.000001792"), and why the miss tokens missed:
+// miss_tokens_by_cause ({"new": n, "evicted": n, ...}, every cause) and
+// miss_tokens_by_first_region ({"system": n, "tools": n, "history": n,
+// "input": n}: the miss tokens of the requests whose first computed token
+// lies there). Entries without a miss anatomy count in neither, so either
+// may add up to less than prompt_cache_miss_tokens.
 nlohmann::json countersJson(const billing::Counters& c, nlohmann::json out = nlohmann::json::object());
+
+// group_by=miss_cause: the miss tokens of `rows` (any grouping; summed per
+// period) pivoted into one row per cause and period, every cause in
+// billing::MissCause order, periods in order: {"miss_cause", period fields
+// when the query has a granularity, "prompt_cache_miss_tokens", "share"}.
+// `share` is the cause's part of the period's miss tokens that have a cause
+// (0 when none has), a number rounded to 4 decimals.
+nlohmann::json missCauseRowsJson(const std::vector<billing::UsageRow>& rows, const billing::UsageQuery& query);
+
+// What the usage API and the dashboard read: `query`'s rows, or with a
+// system prompt fingerprint those of that prompt alone, read from the
+// system-prompt rows (grouped by system prompt: its rows; otherwise summed
+// per period, as the team rows would be). The system-prompt rows have no
+// key: a key filter with a system prompt is InvalidArgument, as are the
+// groupings by key, team or model.
+Result<std::vector<billing::UsageRow>> readUsage(const billing::LedgerReads& reads, const billing::UsageQuery& query,
+                                                 const std::string& system_prompt);
 
 // Key id -> the key's name, for key rows (a key not in it was revoked: null).
 using KeyNames = std::unordered_map<std::string, std::string>;
@@ -42,9 +64,17 @@ nlohmann::json usageRowJson(const billing::UsageRow& row, const billing::UsageQu
 // microseconds, and `start` in RFC 3339), tokens by kind, the rates
 // (pico-dollars per token, integers) and their version, the cost per kind
 // (pico-dollars) and in total (`cost_total`, exact dollars as the usage rows
-// write it), the status and finish reason. Built from the entry, never from
-// its storage encoding, so that the ledger may change how it stores entries.
+// write it), the status and finish reason, and `miss` (missAnatomyJson).
+// Built from the entry, never from its storage encoding, so that the ledger
+// may change how it stores entries.
 nlohmann::json ledgerEntryJson(const billing::LedgerEntry& entry);
+
+// An entry's miss anatomy as the ledger routes and the dashboard show it:
+// tokens_by_cause (every cause), first_miss_token, first_miss_message and
+// first_miss_region (null when none: not a chat request), first_miss_cause,
+// and for an eviction evicted_tier ("pool" or "disk") and evicted_ago_ms;
+// null when the entry has none (written before anatomies).
+nlohmann::json missAnatomyJson(const billing::MissAnatomy& anatomy);
 
 struct UsageList {
   nlohmann::json data = nlohmann::json::array();  // usageRowJson of each row, in the ledger's order

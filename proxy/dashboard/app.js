@@ -168,7 +168,8 @@
 
   // Nothing of a signed-out viewer stays in the page.
   function clearBoard() {
-    for (const id of ['keys-table', 'teams-table', 'prompts-table', 'recent-table', 'memory', 'curves', 'cost-chart',
+    for (const id of ['keys-table', 'teams-table', 'prompts-table', 'why-table', 'why-legend', 'recent-table', 'memory',
+                      'curves', 'cost-chart',
                       'token-chart', 'viewer', 'range-info', 'cost-split', 'hit-split', 'request-split',
                       'budget-detail', 'prompt-count', 'updated']) {
       $(id).replaceChildren();
@@ -225,6 +226,7 @@
     $('teams-panel').hidden = !o.teams;
     $('teams-table').replaceChildren(...(o.teams ? teamsTable(o.teams) : []));
     promptsTable(o);
+    whyTable(o);
     recentTable(o);
   }
 
@@ -538,6 +540,103 @@
                                             '#Cost', '#Saved'), body);
   }
 
+  // ------------------------------------------------------------ why misses
+
+  // billing::MissCause's order, as the usage API names the causes.
+  const CAUSES = ['new', 'evicted', 'model_changed', 'in_flight', 'recomputed', 'partial_block', 'uncached'];
+  const CAUSE_TEXT = { new: 'new', evicted: 'evicted', model_changed: 'model changed', in_flight: 'in flight',
+                       recomputed: 'recomputed', partial_block: 'last block', uncached: 'uncached' };
+  const REGIONS = ['system', 'tools', 'history', 'input'];
+  const REGION_TEXT = { system: 'inside the system prompt', tools: 'inside the tool definitions',
+                        history: 'in the conversation history', input: 'in the new input' };
+
+  const sumOf = (counts, names) => names.reduce((s, n) => s + counts[n], 0);
+  const percent = (n, total) => Math.round(100 * n / total) + '%';
+  // "62% evicted, 30% new": the parts with tokens, the largest first.
+  function shares(counts, names, text) {
+    const total = sumOf(counts, names);
+    return names.filter((n) => counts[n] > 0).sort((a, b) => counts[b] - counts[a])
+      .map((n) => percent(counts[n], total) + ' ' + text(n)).join(', ');
+  }
+
+  // The causes as one stacked bar, each part titled with its tokens.
+  function causeBar(byCause) {
+    const width = 180, total = sumOf(byCause, CAUSES);
+    const node = svg('svg', { class: 'causes', viewBox: `0 0 ${width} 12`, role: 'img', 'aria-label': 'miss tokens by cause' });
+    node.append(svg('rect', { class: 'cause-empty', x: 0, y: 0, width, height: 12 }));
+    let x = 0;
+    for (const c of CAUSES) {
+      if (!byCause[c]) continue;
+      const w = width * byCause[c] / total;
+      node.append(titled(svg('rect', { class: 'cause-' + c, x: x.toFixed(2), y: 0, width: w.toFixed(2), height: 12 }),
+                         int(byCause[c]) + ' tokens ' + CAUSE_TEXT[c]));
+      x += w;
+    }
+    return node;
+  }
+
+  // For the viewer's scope (its team, or every team), each team (the
+  // admin's), each key and each system prompt shown above: the miss tokens
+  // split by cause and by where the requests' first miss lies. Rows with no
+  // recorded anatomy are left out.
+  function whyTable(o) {
+    const scopes = [{ kind: 'total', id: '', label: o.viewer.role === 'admin' ? 'every team' : 'team ' + o.viewer.team, row: o.totals }];
+    for (const t of o.teams ?? []) scopes.push({ kind: 'team', id: t.team, label: 'team ' + t.team, row: t });
+    for (const k of o.keys) scopes.push({ kind: 'key', id: k.key_id, label: 'key ' + (k.key_name ?? '(revoked)'), sub: k.team, row: k });
+    for (const p of o.system_prompts) {
+      scopes.push({ kind: 'system_prompt', id: p.system_prompt, label: 'prompt ' + p.system_prompt.slice(0, 12) + '…', sub: p.team, row: p });
+    }
+    const body = el('tbody');
+    for (const s of scopes) {
+      const byCause = s.row.miss_tokens_by_cause, byRegion = s.row.miss_tokens_by_first_region;
+      const withCause = sumOf(byCause, CAUSES);
+      if (!withCause) continue;
+      const attrs = { 'data-testid': 'why-row', 'data-kind': s.kind, 'data-id': s.id, 'data-tokens': withCause };
+      for (const c of CAUSES) attrs['data-cause-' + c] = byCause[c];
+      for (const r of REGIONS) attrs['data-region-' + r] = byRegion[r];
+      body.append(el('tr', attrs,
+        el('td', {}, el('span', { class: 'strong', text: s.label }), s.sub ? el('span', { class: 'muted', text: ' ' + s.sub }) : null),
+        num(withCause, 'miss'),
+        el('td', { class: 'why' }, causeBar(byCause), el('br'),
+           el('span', { 'data-testid': 'why-causes', text: shares(byCause, CAUSES, (c) => CAUSE_TEXT[c]) })),
+        el('td', { class: 'why', 'data-testid': 'why-regions',
+                   text: sumOf(byRegion, REGIONS) ? shares(byRegion, REGIONS, (r) => 'start ' + REGION_TEXT[r]) : '–' })));
+    }
+    if (!body.children.length) {
+      body.append(el('tr', {}, el('td', { colspan: 4, class: 'muted', text: 'no miss anatomies recorded in this range' })));
+    }
+    $('why-table').replaceChildren(head('Scope', '#Miss tokens', 'By cause', 'Where the first miss lies'), body);
+    $('why-legend').replaceChildren(...CAUSES.map((c) => el('span', {}, el('i', { class: 'sw cause-' + c }), CAUSE_TEXT[c])));
+  }
+
+  // "90 s", "12 min", "3 h", "2 d".
+  function ago(ms) {
+    const s = ms / 1000;
+    if (s < 120) return Math.round(s) + ' s';
+    if (s < 7200) return Math.round(s / 60) + ' min';
+    if (s < 172800) return Math.round(s / 3600) + ' h';
+    return Math.round(s / 86400) + ' d';
+  }
+
+  // A request's anatomy in a line or two: what hit where, then where the
+  // first miss lies and why.
+  function anatomyCell(e) {
+    const m = e.miss;
+    const td = el('td', { class: 'anatomy', 'data-testid': 'recent-anatomy' },
+      el('span', { text: 'hit ' + int(e.prompt_cache_hit_tokens_memory) + ' pool · ' + int(e.prompt_cache_hit_tokens_disk) + ' disk' }),
+      el('br'));
+    if (!m) return td.append(el('span', { text: 'not recorded' })), td;
+    td.dataset.cause = m.first_miss_cause;
+    td.dataset.firstToken = m.first_miss_token;
+    let where = 'first miss at token ' + int(m.first_miss_token);
+    if (m.first_miss_message !== null) where += ' in message ' + m.first_miss_message;
+    if (m.first_miss_region !== null) where += ' (' + m.first_miss_region + ')';
+    let why = CAUSE_TEXT[m.first_miss_cause];
+    if (m.first_miss_cause === 'evicted') why += ' from the ' + m.evicted_tier + ' ' + ago(m.evicted_ago_ms) + ' ago';
+    td.append(el('span', { 'data-testid': 'recent-first-miss', text: where + ': ' + why }));
+    return td;
+  }
+
   function recentTable(o) {
     const body = el('tbody');
     for (const e of o.recent) {
@@ -549,11 +648,12 @@
         el('td', {}, el('span', { class: 'pill ' + e.status, text: e.status })),
         num(e.prompt_cache_hit_tokens, 'hit'), num(e.prompt_cache_miss_tokens, 'miss'), num(e.completion_tokens),
         el('td', { class: 'num', text: e.ttft_ms === null ? '–' : e.ttft_ms.toFixed(0) + ' ms' }),
-        el('td', { class: 'num' }, money(e.cost_total, 'recent-cost'))));
+        el('td', { class: 'num' }, money(e.cost_total, 'recent-cost')),
+        anatomyCell(e)));
     }
-    if (!o.recent.length) body.append(el('tr', {}, el('td', { colspan: 10, class: 'muted', text: 'no requests in this range' })));
+    if (!o.recent.length) body.append(el('tr', {}, el('td', { colspan: 11, class: 'muted', text: 'no requests in this range' })));
     $('recent-table').replaceChildren(head('Time', 'Key', 'Model', 'Endpoint', 'Status', '#Hit', '#Miss', '#Output',
-                                           '#TTFT', '#Cost'), body);
+                                           '#TTFT', '#Cost', 'Why it missed'), body);
   }
 
   // ------------------------------------------------------------ start

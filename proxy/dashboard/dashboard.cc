@@ -597,7 +597,8 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
         {"cost_input_cache_hit", billing::usd(e.cost.input_cache_hit)},
         {"cost_input_cache_miss", billing::usd(e.cost.input_cache_miss)},
         {"cost_output", billing::usd(e.cost.output)},
-        {"cost_total", billing::usd(e.cost.total())}});
+        {"cost_total", billing::usd(e.cost.total())},
+        {"miss", missAnatomyJson(e.miss)}});  // as GET /admin/ledger shows it
   }
   out["recent"] = std::move(recent);
 

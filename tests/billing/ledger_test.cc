@@ -113,6 +113,19 @@ TEST(LedgerEntryTest, TheMissAnatomyRoundTripsAndCountsItsTokensByCauseAndRegion
   for (size_t k = 0; k < kMissCauses; ++k) {
     EXPECT_EQ(parseMissCause(missCauseName(static_cast<MissCause>(k))), static_cast<MissCause>(k));
   }
+  // The anatomy alone (PostgreSQL's column): the entry's "miss" field, "null" without one.
+  const LedgerEntry evicted = makeEntry(1);
+  auto alone = decodeMissAnatomy(encodeMissAnatomy(evicted.miss));
+  ASSERT_TRUE(alone.isOk()) << alone.status().toString();
+  EXPECT_EQ(*alone, evicted.miss);
+  EXPECT_NE(encodeEntry(evicted).find(encodeMissAnatomy(evicted.miss)), std::string::npos);
+  EXPECT_EQ(encodeMissAnatomy(makeEntry(3).miss), "null");
+  auto none = decodeMissAnatomy("null");
+  ASSERT_TRUE(none.isOk());
+  EXPECT_FALSE(none->recorded());
+  for (const char* garbled : {"", "{}", "[1]", "{\"tokens_by_cause\": {\"nope\": 1}}"}) {
+    EXPECT_EQ(decodeMissAnatomy(garbled).status().code(), StatusCode::kDataLoss) << garbled;
+  }
 }
 
 TEST(LedgerEntryTest, OnlyCompletedAndCancelledAreBilled) {

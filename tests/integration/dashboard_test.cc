@@ -75,14 +75,28 @@ class DashboardTest : public ::testing::Test {
     // Usage: alice and andy (team-a) with prompt A, bob (team-b) with prompt
     // B; one of alice's two days ago (in 7d, not in 24h); a refused one.
     const int64_t now = clock_us_.load();
-    commit("alice", kPromptA, now - 20 * 60 * kUs, 0, 900, 5);
-    commit("alice", kPromptA, now - 10 * 60 * kUs, 896, 13, 4);
-    commit("andy", kPromptA, now - 5 * 60 * kUs, 896, 20, 7);
+    // Each with its miss anatomy (why its miss tokens missed), but alice's
+    // without a prompt and the refused one, as entries written before
+    // anatomies were.
+    using billing::MissCause;
+    using billing::PromptRegion;
+    commit("alice", kPromptA, now - 20 * 60 * kUs, 0, 900, 5, billing::EntryStatus::kCompleted,
+           anatomy({{MissCause::kNew, 896}, {MissCause::kPartialBlock, 4}}, 0, 0, PromptRegion::kSystem));
+    commit("alice", kPromptA, now - 10 * 60 * kUs, 896, 13, 4, billing::EntryStatus::kCompleted,
+           anatomy({{MissCause::kPartialBlock, 13}}, 896, 2, PromptRegion::kInput));
+    billing::MissAnatomy evicted = anatomy({{MissCause::kEvicted, 16}, {MissCause::kPartialBlock, 4}}, 896, 1,
+                                           PromptRegion::kHistory);
+    evicted.evicted_tier = "pool";
+    evicted.evicted_ago_ms = 90'000;
+    commit("andy", kPromptA, now - 5 * 60 * kUs, 896, 20, 7, billing::EntryStatus::kCompleted, evicted);
     commit("alice", "", now - 3 * 60 * kUs, 0, 40, 3);
-    commit("bob", kPromptB, now - 15 * 60 * kUs, 0, 850, 4);
-    commit("bob", kPromptB, now - 2 * 60 * kUs, 832, 16, 4);
+    commit("bob", kPromptB, now - 15 * 60 * kUs, 0, 850, 4, billing::EntryStatus::kCompleted,
+           anatomy({{MissCause::kNew, 848}, {MissCause::kPartialBlock, 2}}, 0, 0, PromptRegion::kSystem));
+    commit("bob", kPromptB, now - 2 * 60 * kUs, 832, 16, 4, billing::EntryStatus::kCompleted,
+           anatomy({{MissCause::kPartialBlock, 16}}, 832, 3, PromptRegion::kInput));
     commit("bob", kPromptB, now - 60 * kUs, 0, 30, 0, billing::EntryStatus::kRefused);
-    commit("alice", kPromptA, now - 2 * 86400 * kUs, 512, 100, 9);
+    commit("alice", kPromptA, now - 2 * 86400 * kUs, 512, 100, 9, billing::EntryStatus::kCompleted,
+           anatomy({{MissCause::kModelChanged, 100}}, 512, 1, PromptRegion::kHistory));
     ASSERT_TRUE(server().rateLimiter().admit(ids_["alice"], "team-a", 3).allowed);
   }
 
@@ -91,8 +105,21 @@ class DashboardTest : public ::testing::Test {
     return server().metering().systemPromptFingerprint(team, {{"system", prompt}});
   }
 
+  // A miss anatomy whose first miss is the first cause's.
+  static billing::MissAnatomy anatomy(std::vector<std::pair<billing::MissCause, int64_t>> tokens, int64_t first_token,
+                                      int32_t first_message, billing::PromptRegion region) {
+    billing::MissAnatomy m;
+    for (const auto& [cause, n] : tokens) m.tokens_by_cause[static_cast<size_t>(cause)] = n;
+    m.first_miss_token = first_token;
+    m.first_miss_message = first_message;
+    m.first_miss_region = region;
+    m.first_miss_cause = tokens.front().first;
+    return m;
+  }
+
   void commit(const std::string& who, const std::string& prompt_text, int64_t start_us, int64_t hit, int64_t miss,
-              int64_t output, billing::EntryStatus status = billing::EntryStatus::kCompleted) {
+              int64_t output, billing::EntryStatus status = billing::EntryStatus::kCompleted,
+              billing::MissAnatomy anatomy = {}) {
     billing::LedgerEntry e;
     e.request_id = "req_" + std::to_string(++entries_);
     e.response_id = "chatcmpl-" + std::to_string(entries_);
@@ -113,6 +140,7 @@ class DashboardTest : public ::testing::Test {
     e.prices = server().prices().at("demo", start_us);
     e.status = status;
     e.finish_reason = status == billing::EntryStatus::kRefused ? "refused:queue_full" : "length";
+    e.miss = anatomy;
     e.price();
     std::promise<Status> done;
     if (e.team == "team-a") team_a_spent_ += e.cost.total();
@@ -491,6 +519,94 @@ TEST_F(DashboardTest, ATeamSeesItsTeamOnlyAndTheAdminEverything) {
   EXPECT_EQ(m["latent_pool"]["free_blocks"], st.pool_free_blocks);
   EXPECT_EQ(m["disk_tier"], nullptr);  // tier 0 only
   EXPECT_EQ(m["scheduler"], json::parse(R"({"queued": 0, "looking_up": 0, "prefilling": 0, "decoding": 0})"));
+}
+
+// Why requests missed (issue 25, point 1): the entries' anatomies in every
+// usage row (by cause, by the region of the first miss), pivoted by
+// group_by=miss_cause under the usage API's filters, in the CSV export, the
+// ledger route and the dashboard's recent requests.
+TEST_F(DashboardTest, MissAnatomiesReachTheUsageRowsTheLedgerAndTheOverview) {
+  const json o = overview(sessionFor(secrets_["alice"])).parsed();
+  const std::string span = "from=" + std::to_string(o["from"].get<int64_t>()) + "&to=" + std::to_string(o["to"].get<int64_t>());
+  // Team A in the 24 hours: alice's two with prompt A and andy's (alice's
+  // without a prompt has no anatomy and counts in no cause).
+  EXPECT_EQ(o["totals"]["miss_tokens_by_cause"],
+            json::parse(R"({"new": 896, "evicted": 16, "model_changed": 0, "in_flight": 0, "recomputed": 0,
+                            "partial_block": 21, "uncached": 0})"));
+  EXPECT_EQ(o["totals"]["miss_tokens_by_first_region"],
+            json::parse(R"({"system": 900, "tools": 0, "history": 20, "input": 13})"));
+  EXPECT_EQ(o["totals"]["prompt_cache_miss_tokens"], 973);  // 40 of them without an anatomy
+  for (const json& k : o["keys"]) {
+    if (k["key_id"] == ids_["andy"]) {
+      EXPECT_EQ(k["miss_tokens_by_cause"]["evicted"], 16);
+    }
+  }
+  ASSERT_EQ(o["system_prompts"].size(), 1u);
+  EXPECT_EQ(o["system_prompts"][0]["miss_tokens_by_cause"]["new"], 896);
+
+  // group_by=miss_cause: a row per cause, every cause, in the enum's order,
+  // each with its share of the miss tokens that have a cause (933).
+  const json by_cause = adminGet("/admin/usage?" + span + "&team=team-a&group_by=miss_cause");
+  EXPECT_EQ(by_cause["group_by"], "miss_cause");
+  ASSERT_EQ(by_cause["data"].size(), billing::kMissCauses);
+  EXPECT_EQ(by_cause["data"][0], json::parse(R"({"miss_cause": "new", "prompt_cache_miss_tokens": 896, "share": 0.9603})"));
+  EXPECT_EQ(by_cause["data"][1], json::parse(R"({"miss_cause": "evicted", "prompt_cache_miss_tokens": 16, "share": 0.0171})"));
+  EXPECT_EQ(by_cause["data"][5]["miss_cause"], "partial_block");
+  EXPECT_EQ(by_cause["data"][5]["share"], 0.0225);
+  EXPECT_EQ(by_cause["data"][6], json::parse(R"({"miss_cause": "uncached", "prompt_cache_miss_tokens": 0, "share": 0.0})"));
+  EXPECT_EQ(by_cause["totals"], o["totals"]);
+  // A key's rows (andy: 16 evicted, 4 in the last block).
+  const json andy = adminGet("/admin/usage?" + span + "&key_id=" + ids_["andy"] + "&group_by=miss_cause");
+  EXPECT_EQ(andy["data"][1]["share"], 0.8);
+  EXPECT_EQ(andy["data"][5]["share"], 0.2);
+  // A system prompt's rows: team B's prompt, and bob's refused entry (no anatomy) counts in none.
+  const std::string fp_b = fingerprint("team-b", kPromptB);
+  const json prompt_b = adminGet("/admin/usage?" + span + "&system_prompt=" + fp_b + "&group_by=miss_cause");
+  EXPECT_EQ(prompt_b["data"][0]["prompt_cache_miss_tokens"], 848);
+  EXPECT_EQ(prompt_b["data"][5]["prompt_cache_miss_tokens"], 18);
+  EXPECT_EQ(prompt_b["totals"]["prompt_cache_miss_tokens"], 896);
+  EXPECT_EQ(adminGet("/admin/usage?" + span + "&system_prompt=" + fp_b)["totals"], prompt_b["totals"]);
+  const Reply keyed = curl("GET", "/admin/usage?system_prompt=" + fp_b + "&key_id=" + ids_["bob"],
+                           {"-H", "Authorization: Bearer " + admin_key_});
+  EXPECT_EQ(keyed.status, 400) << keyed.body;
+  EXPECT_EQ(keyed.parsed()["error"]["param"], "system_prompt") << keyed.body;
+  // With a granularity: the seven causes of each period, periods in order.
+  const json weekly = adminGet("/admin/usage?from=0&team=team-a&group_by=miss_cause&granularity=day");
+  ASSERT_EQ(weekly["data"].size() % billing::kMissCauses, 0u);
+  ASSERT_GE(weekly["data"].size(), 2 * billing::kMissCauses);  // two days ago, and the last 24 hours
+  EXPECT_EQ(weekly["data"][2]["miss_cause"], "model_changed");
+  EXPECT_EQ(weekly["data"][2]["share"], 1.0);
+  EXPECT_LT(weekly["data"][0]["period_start"].get<int64_t>(),
+            weekly["data"][billing::kMissCauses]["period_start"].get<int64_t>());
+
+  // The CSV export: the columns it had, then the miss counters flattened.
+  const Reply csv = curl("GET", "/admin/usage.csv?" + span + "&group_by=team", {"-H", "Authorization: Bearer " + admin_key_});
+  ASSERT_EQ(csv.status, 200) << csv.body;
+  const std::string header = csv.body.substr(0, csv.body.find("\r\n"));
+  EXPECT_EQ(header.rfind("team,requests,", 0), 0u) << header;
+  EXPECT_NE(header.find(",cost_total,cache_savings,miss_tokens_by_cause_new,miss_tokens_by_cause_evicted,"), std::string::npos)
+      << header;
+  EXPECT_EQ(header.substr(header.rfind(',') + 1), "miss_tokens_by_first_region_input");
+  const std::string team_a_row = csv.body.substr(csv.body.find("\r\nteam-a,") + 2);
+  EXPECT_NE(team_a_row.substr(0, team_a_row.find("\r\n")).find(",896,16,0,0,0,21,0,900,0,20,13"), std::string::npos)
+      << team_a_row;
+
+  // The ledger route and the dashboard's recent requests: each entry's anatomy, null without one.
+  const json evicted = adminGet("/admin/ledger?request_id=req_3")["data"][0]["miss"];
+  EXPECT_EQ(evicted["first_miss_cause"], "evicted");
+  EXPECT_EQ(evicted["first_miss_token"], 896);
+  EXPECT_EQ(evicted["first_miss_message"], 1);
+  EXPECT_EQ(evicted["first_miss_region"], "history");
+  EXPECT_EQ(evicted["evicted_tier"], "pool");
+  EXPECT_EQ(evicted["evicted_ago_ms"], 90'000);
+  EXPECT_EQ(evicted["tokens_by_cause"]["evicted"], 16);
+  EXPECT_EQ(evicted["tokens_by_cause"]["in_flight"], 0);
+  EXPECT_TRUE(adminGet("/admin/ledger?request_id=req_4")["data"][0]["miss"].is_null());
+  std::map<std::string, json> recent;
+  for (const json& r : o["recent"]) recent[r["request_id"]] = r["miss"];
+  EXPECT_EQ(recent.at("req_3"), evicted);
+  EXPECT_TRUE(recent.at("req_4").is_null());
+  EXPECT_FALSE(recent.at("req_1").contains("evicted_tier"));
 }
 
 // What more cache would buy (issue 25, point 2): real requests reach the

@@ -270,7 +270,8 @@ TEST_F(PostgresServeTest, ReplicasShowPostgresNumbersThroughAnOutageAndLoseNothi
     EXPECT_EQ(rows.at(key_id).second, c) << key_id;
   }
   for (const std::string q : {"/admin/usage?group_by=team&granularity=hour&", "/admin/usage.csv?group_by=team&",
-                               "/admin/usage?group_by=system_prompt&", "/admin/usage?group_by=model&"}) {
+                               "/admin/usage?group_by=system_prompt&", "/admin/usage?group_by=model&",
+                               "/admin/usage?group_by=miss_cause&granularity=day&"}) {
     const CurlReply on_a = get(*a, q + kAllTime, a->adminKey());
     EXPECT_EQ(on_a.status, 200) << on_a.body;
     EXPECT_EQ(on_a.body, get(*b, q + kAllTime, b->adminKey()).body) << q;

@@ -17,6 +17,7 @@
 #include "billing/postgres/pg_ledger_reader.h"
 #include "billing/postgres/pg_ledger_writer.h"
 #include "billing/postgres/pg_schema.h"
+#include "billing/postgres/pg_sql.h"  // the rollup expressions, to write rows as an older writer did
 #include "tests/support/postgres_environment.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -72,6 +73,27 @@ LedgerEntry randomEntry(std::mt19937_64& rng, int i) {
   e.prices.priced_as = "*";
   e.status = kStatuses[pick(5)];
   e.finish_reason = e.status == EntryStatus::kCompleted ? "stop" : "cancelled";
+  // Two entries in three have a miss anatomy (the others were written before
+  // anatomies, or by a replica without them): the miss tokens split between
+  // a few causes, the first miss somewhere in the prompt.
+  if (pick(3) != 0) {
+    int64_t left = e.miss_tokens;
+    while (left > 0) {
+      const int64_t n = pick(2) == 0 ? left : 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(left));
+      e.miss.tokens_by_cause[static_cast<size_t>(pick(static_cast<int>(kMissCauses)))] += n;
+      left -= n;
+    }
+    e.miss.first_miss_token = e.hitTokens();
+    e.miss.first_miss_message = pick(2) == 0 ? -1 : pick(12);
+    e.miss.first_miss_region = static_cast<PromptRegion>(pick(static_cast<int>(kPromptRegions)));
+    for (size_t c = 0; c < kMissCauses; ++c) {
+      if (e.miss.tokens_by_cause[c] > 0) e.miss.first_miss_cause = static_cast<MissCause>(c);
+    }
+    if (e.miss.first_miss_cause == MissCause::kEvicted) {
+      e.miss.evicted_tier = pick(2) == 0 ? "pool" : "disk";
+      e.miss.evicted_ago_ms = pick(86'400'000);
+    }
+  }
   e.price();
   return e;
 }
@@ -383,6 +405,178 @@ TEST_F(PgLedgerTest, ConcurrentWritersWithOverlappingBatchesCountEachEntryOnce) 
   ASSERT_TRUE(verified.isOk()) << verified.status().toString();
   EXPECT_TRUE(verified->ok()) << verified->mismatches[0];
   EXPECT_EQ(verified->entries, all.size());
+}
+
+TEST_F(PgLedgerTest, TheMissAnatomyRoundTripsAndFeedsTheMissCounters) {
+  migrated();
+  std::mt19937_64 rng(7);
+  LedgerEntry evicted = randomEntry(rng, 1);
+  evicted.team = "team-a";
+  evicted.key_id = "team-a-key0";
+  evicted.start_us = 1'750'000'000'000'000;
+  evicted.miss_tokens = 300;
+  evicted.miss = MissAnatomy{};
+  evicted.miss.tokens_by_cause[static_cast<size_t>(MissCause::kEvicted)] = 250;
+  evicted.miss.tokens_by_cause[static_cast<size_t>(MissCause::kPartialBlock)] = 50;
+  evicted.miss.first_miss_token = 4096;
+  evicted.miss.first_miss_message = 3;
+  evicted.miss.first_miss_region = PromptRegion::kHistory;
+  evicted.miss.first_miss_cause = MissCause::kEvicted;
+  evicted.miss.evicted_tier = "disk";
+  evicted.miss.evicted_ago_ms = 123'456;
+  LedgerEntry fresh = evicted;
+  fresh.request_id = "req-fresh";
+  fresh.miss_tokens = 1000;
+  fresh.miss = MissAnatomy{};
+  fresh.miss.tokens_by_cause[static_cast<size_t>(MissCause::kNew)] = 1000;
+  fresh.miss.first_miss_token = 0;
+  fresh.miss.first_miss_message = 0;
+  fresh.miss.first_miss_region = PromptRegion::kSystem;
+  LedgerEntry without = evicted;  // committed before anatomies existed
+  without.request_id = "req-without";
+  without.miss = MissAnatomy{};
+  ASSERT_FALSE(without.miss.recorded());
+  for (LedgerEntry* e : {&evicted, &fresh, &without}) e->price();
+
+  PgLedgerWriter writer(options_);
+  auto w = writer.write({evicted, fresh, without});
+  ASSERT_TRUE(w.isOk()) << w.status().toString();
+  PgLedgerReader reader(options_);
+  for (const LedgerEntry* e : {&evicted, &fresh, &without}) {
+    auto found = reader.find(e->request_id);
+    ASSERT_TRUE(found.isOk()) << found.status().toString();
+    ASSERT_TRUE(found->has_value()) << e->request_id;
+    EXPECT_EQ((*found)->miss, e->miss) << e->request_id;
+    EXPECT_EQ(encodeEntry(**found), encodeEntry(*e));
+  }
+  {
+    // Without an anatomy the column is NULL, not an empty object.
+    pqxx::connection c(options_.url);
+    pqxx::read_transaction tx(c);
+    EXPECT_TRUE(tx.exec("SELECT miss FROM ledger_entries WHERE request_id = 'req-without'")[0][0].is_null());
+    EXPECT_EQ(tx.exec("SELECT miss->>'evicted_tier' FROM ledger_entries WHERE request_id = '" + evicted.request_id + "'")
+                  [0][0].as<std::string>(), "disk");
+  }
+
+  UsageQuery q;
+  q.to_s = std::numeric_limits<int32_t>::max();
+  q.team = "team-a";
+  auto rows = reader.usage(q);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  ASSERT_EQ(rows->size(), 1u);
+  const Counters& c = (*rows)[0].counters;
+  EXPECT_EQ(c[kMissEvicted], 250u);
+  EXPECT_EQ(c[kMissPartialBlock], 50u);
+  EXPECT_EQ(c[kMissNew], 1000u);
+  EXPECT_EQ(c[kMissInFlight], 0u);
+  EXPECT_EQ(c[kFirstMissHistory], 300u);  // the evicted entry's miss tokens; the one without counts in none
+  EXPECT_EQ(c[kFirstMissSystem], 1000u);
+  EXPECT_EQ(c[kFirstMissInput], 0u);
+  EXPECT_EQ(c[kMissTokens], 1600u);
+  Counters sum{};
+  for (const LedgerEntry* e : {&evicted, &fresh, &without}) addCounters(sum, countersOf(*e));
+  EXPECT_EQ(c, sum);
+  auto verified = reader.verify();
+  ASSERT_TRUE(verified.isOk()) << verified.status().toString();
+  EXPECT_TRUE(verified->ok()) << verified->mismatches[0];
+
+  // A rollup that lost a miss-cause increment is found by verify.
+  {
+    pqxx::connection conn(options_.url);
+    pqxx::work tx(conn);
+    tx.exec("UPDATE usage_hourly SET miss_evicted = miss_evicted - 1 WHERE dimension = 'key'");
+    tx.commit();
+  }
+  verified = reader.verify();
+  ASSERT_TRUE(verified.isOk()) << verified.status().toString();
+  ASSERT_EQ(verified->mismatches.size(), 1u);
+  EXPECT_NE(verified->mismatches[0].find("key/"), std::string::npos) << verified->mismatches[0];
+}
+
+// A database that had entries and rollups before migration 5: its entries
+// read back without an anatomy, its rollups gain zeros (exact: none of its
+// entries had one), verify still agrees, and later entries add to the same rows.
+TEST_F(PgLedgerTest, EntriesFromBeforeMigrationFiveKeepNoAnatomyAndZeroMissCounters) {
+  const size_t kBefore = 4;  // migrations 1..4
+  ASSERT_EQ(migrations()[kBefore].version, 5);
+  std::mt19937_64 rng(11);
+  LedgerEntry old_entry = randomEntry(rng, 1);
+  old_entry.miss = MissAnatomy{};
+  old_entry.status = EntryStatus::kCompleted;
+  old_entry.price();
+  {
+    pqxx::connection c(options_.url);
+    pqxx::work tx(c);
+    tx.exec("CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())");
+    for (size_t i = 0; i < kBefore; ++i) {
+      tx.exec(std::string(migrations()[i].sql));
+      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", migrations()[i].version,
+                     std::string(migrations()[i].name));
+    }
+    // The entry and its rollups as the version-4 writer left them: the
+    // fourteen counters it had, summed by the same expressions.
+    const LedgerEntry& e = old_entry;
+    tx.exec_params(
+        "INSERT INTO ledger_entries (request_id, response_id, key_id, team, model, requested_model, endpoint,"
+        " system_prompt, idempotency_key, start_us, end_us, ttft_us, prompt_tokens, hit_tokens_tier0, hit_tokens_disk,"
+        " miss_tokens, output_tokens, choices, rate_hit, rate_miss, rate_output, price_version, priced_as, price_window,"
+        " cost_hit, cost_miss, cost_output, status, finish_reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
+        " $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)",
+        e.request_id, e.response_id, e.key_id, e.team, e.model, e.requested_model, e.endpoint, e.system_prompt,
+        e.idempotency_key, e.start_us, e.end_us, e.ttft_us, e.prompt_tokens, e.hit_tokens_tier0, e.hit_tokens_disk,
+        e.miss_tokens, e.output_tokens, e.choices, e.prices.rates.input_cache_hit, e.prices.rates.input_cache_miss,
+        e.prices.rates.output, e.prices.version, e.prices.priced_as, e.prices.window, e.cost.input_cache_hit,
+        e.cost.input_cache_miss, e.cost.output, std::string(entryStatusName(e.status)), e.finish_reason);
+    std::string columns, sums;
+    for (size_t i = 0; i < kMissNew; ++i) {
+      columns += ", " + counterColumns()[i].name;
+      sums += ", " + counterColumns()[i].rollup;
+    }
+    tx.exec("INSERT INTO usage_hourly (dimension, hour_s, team, value" + columns + ")"
+            " SELECT d.dimension, greatest(s.start_us, 0) / 3600000000 * 3600, d.team, d.value" + sums +
+            " FROM ledger_entries AS s CROSS JOIN LATERAL (VALUES ('key', s.team, s.key_id), ('team', s.team, s.team),"
+            " ('model', '', s.model), ('system_prompt', s.team, s.system_prompt)) AS d(dimension, team, value)"
+            " GROUP BY 1, 2, 3, 4");
+    tx.commit();
+  }
+  auto report = migrate(options_);
+  ASSERT_TRUE(report.isOk()) << report.status().toString();
+  EXPECT_EQ(report->applied, std::vector<int>{5});
+
+  PgLedgerReader reader(options_);
+  auto found = reader.find(old_entry.request_id);
+  ASSERT_TRUE(found.isOk()) << found.status().toString();
+  ASSERT_TRUE(found->has_value());
+  EXPECT_FALSE((*found)->miss.recorded());
+  EXPECT_EQ(encodeEntry(**found), encodeEntry(old_entry));
+  auto verified = reader.verify();
+  ASSERT_TRUE(verified.isOk()) << verified.status().toString();
+  EXPECT_TRUE(verified->ok()) << verified->mismatches[0];
+
+  // A later entry of the same key and hour, with an anatomy, adds to the old rows.
+  LedgerEntry new_entry = old_entry;
+  new_entry.request_id = "req-after-migration-5";
+  new_entry.miss.tokens_by_cause[static_cast<size_t>(MissCause::kRecomputed)] = new_entry.miss_tokens;
+  new_entry.miss.first_miss_token = new_entry.hitTokens();
+  new_entry.miss.first_miss_region = PromptRegion::kTools;
+  new_entry.miss.first_miss_cause = MissCause::kRecomputed;
+  PgLedgerWriter writer(options_);
+  ASSERT_TRUE(writer.write({new_entry}).isOk());
+  UsageQuery q;
+  q.to_s = std::numeric_limits<int32_t>::max();
+  q.key_id = old_entry.key_id;
+  auto rows = reader.usage(q);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  ASSERT_EQ(rows->size(), 1u);
+  Counters want = countersOf(old_entry);
+  addCounters(want, countersOf(new_entry));
+  EXPECT_EQ((*rows)[0].counters, want);
+  EXPECT_EQ((*rows)[0].counters[kMissRecomputed], static_cast<uint64_t>(new_entry.miss_tokens));
+  EXPECT_EQ((*rows)[0].counters[kFirstMissTools], static_cast<uint64_t>(new_entry.miss_tokens));
+  verified = reader.verify();
+  ASSERT_TRUE(verified.isOk()) << verified.status().toString();
+  EXPECT_TRUE(verified->ok()) << verified->mismatches[0];
 }
 
 TEST_F(PgLedgerTest, MoneyAndTextRoundTripExactly) {

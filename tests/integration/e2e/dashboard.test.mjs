@@ -146,6 +146,67 @@ async function overviewFromPage() {
   });
 }
 
+const CAUSES = ['new', 'evicted', 'model_changed', 'in_flight', 'recomputed', 'partial_block', 'uncached'];
+const REGIONS = ['system', 'tools', 'history', 'input'];
+const sumOf = (counts, names) => names.reduce((s, n) => s + counts[n], 0);
+
+// The "Why misses" panel: a row for every usage row (the scope's totals,
+// teams, keys, system prompts) whose miss tokens have a cause, each with the
+// usage API's counters to the token and its largest cause's share in words;
+// each recent request's anatomy cell is its ledger entry's. Entries the
+// gateway recorded no anatomy for count in no cause: then the panel says so
+// and the recent requests say "not recorded".
+async function checkWhyMisses(range, usage, byKey, byTeam, o) {
+  const byPrompt = await adminJson(`/admin/usage?${range}&group_by=system_prompt`);
+  const rows = await page.evaluate(() => [...document.querySelectorAll('[data-testid=why-row]')].map((r) => ({
+    kind: r.dataset.kind, id: r.dataset.id, tokens: Number(r.dataset.tokens),
+    attrs: Object.fromEntries([...r.attributes].map((a) => [a.name, a.value])),
+    causes: r.querySelector('[data-testid=why-causes]').textContent,
+    regions: r.querySelector('[data-testid=why-regions]').textContent,
+  })));
+  const expected = [['total', '', usage.totals]];
+  for (const t of byTeam.data) expected.push(['team', t.team, t]);
+  for (const k of byKey.data) expected.push(['key', k.key_id, k]);
+  // The page lists the prompts the overview has (the top 20): all of them here.
+  for (const p of byPrompt.data) if (p.system_prompt) expected.push(['system_prompt', p.system_prompt, p]);
+  const withCause = expected.filter(([, , row]) => sumOf(row.miss_tokens_by_cause, CAUSES) > 0);
+  assert.equal(rows.length, withCause.length, JSON.stringify(rows.map((r) => [r.kind, r.id])));
+  for (const [kind, id, row] of withCause) {
+    const shown = rows.find((r) => r.kind === kind && r.id === id);
+    assert.ok(shown, `why-misses row for ${kind} ${id}`);
+    const total = sumOf(row.miss_tokens_by_cause, CAUSES);
+    assert.equal(shown.tokens, total, `${kind} ${id}`);
+    for (const c of CAUSES) assert.equal(Number(shown.attrs[`data-cause-${c}`]), row.miss_tokens_by_cause[c], `${kind} ${id} ${c}`);
+    for (const r of REGIONS) assert.equal(Number(shown.attrs[`data-region-${r}`]), row.miss_tokens_by_first_region[r], `${kind} ${id} ${r}`);
+    const top = CAUSES.reduce((a, b) => (row.miss_tokens_by_cause[b] > row.miss_tokens_by_cause[a] ? b : a));
+    assert.ok(shown.causes.startsWith(`${Math.round(100 * row.miss_tokens_by_cause[top] / total)}% `), shown.causes);
+    // group_by=miss_cause says the same.
+    if (kind === 'total') {
+      const pivot = await adminJson(`/admin/usage?${range}&group_by=miss_cause`);
+      assert.deepEqual(pivot.data.map((p) => p.miss_cause), CAUSES);
+      for (const p of pivot.data) assert.equal(p.prompt_cache_miss_tokens, row.miss_tokens_by_cause[p.miss_cause]);
+    }
+  }
+  const cells = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('[data-testid=recent-row]')].map((r) => {
+    const cell = r.querySelector('[data-testid=recent-anatomy]');
+    return [r.dataset.requestId, { cause: cell.dataset.cause ?? null, first: cell.dataset.firstToken ?? null, text: cell.textContent }];
+  })));
+  for (const e of o.recent) {
+    const cell = cells[e.request_id];
+    assert.ok(cell.text.startsWith(`hit ${e.prompt_cache_hit_tokens_memory.toLocaleString('en-US')} pool`), cell.text);
+    if (e.miss === null) {
+      assert.ok(cell.text.endsWith('not recorded'), cell.text);
+    } else {
+      assert.equal(cell.cause, e.miss.first_miss_cause);
+      assert.equal(Number(cell.first), e.miss.first_miss_token);
+    }
+  }
+  if (!withCause.length) {
+    assert.ok(o.recent.every((e) => e.miss === null), 'usage rows without causes, yet an entry with an anatomy');
+    assert.equal(await page.locator('#why-table td.muted').textContent(), 'no miss anatomies recorded in this range');
+  }
+}
+
 function assertNoSecrets(text, where) {
   for (const secret of [ADMIN, ...Object.values(keys).map((k) => k.key)]) {
     assert.ok(!text.includes(secret), `${where} holds a key`);
@@ -212,6 +273,7 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   }
   // Recent requests: every key that made one appears, with its TTFT.
   assert.ok(await page.locator('[data-testid=recent-row]').count() >= 5);
+  await checkWhyMisses(range, usage, byKey, byTeam, o);
 
   const artifacts = resolve(process.env.LG_ARTIFACTS_DIR ?? join(here, '..', '..', 'build', 'test-artifacts'));
   mkdirSync(artifacts, { recursive: true });
