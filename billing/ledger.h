@@ -113,8 +113,11 @@ std::optional<PromptRegion> parsePromptRegion(std::string_view name);
 // A request's miss anatomy: no prompt text, only counts and positions.
 struct MissAnatomy {
   std::array<int64_t, kMissCauses> tokens_by_cause{};  // add up to the entry's miss_tokens
-  int64_t first_miss_token = -1;         // the first computed prompt token; -1: none (or not recorded)
-  int32_t first_miss_message = -1;       // the chat message holding it; -1: none or not a chat request
+  int64_t first_miss_token = -1;         // the first computed prompt token (its block's first); -1: none
+  // The chat message and part that block's last token lies in (what made it
+  // miss lies in the block); -1 and kNone: after the last message, or not a
+  // chat request.
+  int32_t first_miss_message = -1;
   PromptRegion first_miss_region = PromptRegion::kNone;
   MissCause first_miss_cause = MissCause::kNew;
   std::string evicted_tier;              // first_miss_cause kEvicted: "pool" or "disk"

@@ -65,16 +65,19 @@ void PrefixCache::classifyMissesLocked(LeaseState& s, std::vector<int32_t>& unex
     const Digest& key = s.keys[static_cast<size_t>(j)];
     std::optional<BlockMiss> cause;
     auto it = index_.find(key);
-    const bool claimed_by_other = it != index_.end() && it->second.state == State::kInFlight && it->second.owner != s.id;
-    const bool present = (it != index_.end() && it->second.state == State::kReady) ||
-                         (it == index_.end() && disk_ != nullptr && disk_->contains(key));
+    const bool claimed = it != index_.end() && it->second.state == State::kInFlight;
+    const bool claimed_by_other = claimed && it->second.owner != s.id;
+    const bool own_claim = claimed && it->second.owner == s.id;  // this lookup computes it
+    const bool ready = it != index_.end() && it->second.state == State::kReady;
+    const bool on_disk = (it == index_.end() || own_claim) && disk_ != nullptr && disk_->contains(key);
+    const bool present = ready || on_disk;
     if (claimed_by_other) {
       cause = BlockMiss::kInFlight;
     } else if (present) {
       if (previous) {
         cause = previous;  // lost with the block before it: a prefix is reused up to its first gap
         if (*cause == BlockMiss::kEvicted) ++m.evicted_from[static_cast<size_t>(m.evicted_tier)];
-      } else if (it != index_.end()) {
+      } else if (ready) {
         cause = BlockMiss::kInFlight;  // published since the walk passed it (or gave up waiting on it)
       } else if (s.decision.choice == RestoreChoice::kRecompute) {
         cause = BlockMiss::kRecomputed;

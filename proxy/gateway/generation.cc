@@ -53,8 +53,12 @@ billing::PromptRegion promptRegion(openai::PromptPart part) {
 
 // Why a choice's miss tokens missed (docs/cache.md, "Why requests miss"):
 // the cache's classification of the blocks after the hit, the prompt's last
-// block, and where the first computed token lies in the chat prompt's layout
-// (in tokens). No prompt text.
+// block, and where the first missed block lies in the chat prompt's layout
+// (in tokens): the message and part of its last token. What made a block
+// miss lies somewhere in it, and everything before its first token was
+// reused; a block that straddles a boundary typically misses for what
+// follows the boundary (a new turn shares the history up to its new input).
+// No prompt text.
 billing::MissAnatomy missAnatomy(const serving::Usage& u, const openai::PromptLayout& layout) {
   billing::MissAnatomy m;
   if (u.miss_tokens <= 0) return m;
@@ -78,7 +82,9 @@ billing::MissAnatomy missAnatomy(const serving::Usage& u, const openai::PromptLa
     m.first_miss_cause = billing::MissCause::kUncached;
   }
   m.first_miss_token = u.hitTokens();
-  const openai::PromptPlace place = openai::placeOf(layout, static_cast<size_t>(m.first_miss_token));
+  const int32_t block_tokens = u.looked_up ? std::max(1, u.misses.block_tokens) : 1;
+  const int64_t last = std::min<int64_t>(m.first_miss_token + block_tokens, u.prompt_tokens) - 1;
+  const openai::PromptPlace place = openai::placeOf(layout, static_cast<size_t>(std::max<int64_t>(0, last)));
   m.first_miss_message = place.message;
   m.first_miss_region = promptRegion(place.part);
   return m;

@@ -63,6 +63,7 @@ struct RequestResult {
   int32_t disk_blocks = 0;
   bool served_right_blocks = true;  // every reused block held latents the team may read
   RestoreChoice decision = RestoreChoice::kNone;
+  LookupMisses misses;  // why the blocks after the hit missed
 };
 
 // One request of team `team_id`: acquire, adopt the hit blocks, "compute" the
@@ -78,6 +79,7 @@ inline RequestResult runRequest(PrefixCache& cache, FakeLatentPool& pool, std::s
   r.tier0_blocks = lease.tier0Blocks();
   r.disk_blocks = lease.diskBlocks();
   r.decision = lease.decision().choice;
+  r.misses = lease.misses();
   engine::SequenceBlocks seq(pool, 1 << 20);
   seq.adopt(lease.takeBlocks(), lease.cachedTokens());
   const std::vector<Digest> content = contentKeys(pool, team_id, ids);

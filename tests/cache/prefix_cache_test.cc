@@ -4,6 +4,8 @@
 // restore, rejection, namespaces and reference counts.
 #include "cache/prefix_cache.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -139,6 +141,127 @@ TEST_F(PrefixCacheTest, AnotherModelReusesNothingFromDisk) {
   model_ = sha256("model");
   make(o, true);
   EXPECT_EQ(request("t", ids).cached_tokens, 4 * kBt);
+}
+
+// Why requests miss (miss_anatomy.h): each cause produced on purpose.
+TEST_F(PrefixCacheTest, EachMissedBlockIsClassifiedByWhyItMissed) {
+  PrefixCacheOptions o;
+  o.write_through_hits = -1;
+  o.tier0_budget_bytes = 4 * smallLayout(kBt).blockBytes();
+  make(o, /*with_disk=*/false);
+  const auto a = tokens(4 * kBt + 1, 200);
+  const auto b = tokens(4 * kBt + 1, 201);
+  auto blocksOf = [](const LookupMisses& m, BlockMiss c) { return m.blocks[static_cast<size_t>(c)]; };
+
+  // Never computed: every block that could hit is new.
+  RequestResult r = request("t", a);
+  EXPECT_EQ(r.misses.first_block, 0);
+  EXPECT_EQ(r.misses.first_cause, BlockMiss::kNew);
+  EXPECT_EQ(blocksOf(r.misses, BlockMiss::kNew), 4);
+  EXPECT_EQ(r.misses.block_tokens, kBt);
+  // A hit up to the last block: nothing left to classify.
+  r = request("t", a);
+  EXPECT_EQ(r.cached_tokens, 4 * kBt);
+  EXPECT_EQ(r.misses.first_block, -1);
+
+  // Evicted from the pool (no disk tier behind it): b pushes a out of the
+  // budget of 4 blocks.
+  request("t", b);
+  request("t", tokens(kBt - 1, 202));  // the budget is enforced at a lookup
+  r = request("t", a);
+  EXPECT_EQ(r.cached_tokens, 0);
+  EXPECT_EQ(r.misses.first_block, 0);
+  EXPECT_EQ(r.misses.first_cause, BlockMiss::kEvicted);
+  EXPECT_EQ(r.misses.evicted_tier, BlockTier::kPool);
+  EXPECT_GE(r.misses.evicted_ago_ms, 0);
+  EXPECT_LT(r.misses.evicted_ago_ms, 60000);
+  EXPECT_EQ(blocksOf(r.misses, BlockMiss::kEvicted), 4);
+  EXPECT_EQ(r.misses.evicted_from[static_cast<size_t>(BlockTier::kPool)], 4);
+  // Another team's identical prompt was never computed in its namespace.
+  EXPECT_EQ(request("u", a).misses.first_cause, BlockMiss::kNew);
+
+  // In flight: another lease holds the claims and this one does not wait.
+  const auto c = tokens(3 * kBt + 1, 203);
+  PrefixLease first = cache_->acquire(team("t"), c);
+  LookupOptions no_wait;
+  no_wait.in_flight_wait = 0ms;
+  PrefixLease second = cache_->acquire(team("t"), c, no_wait);
+  EXPECT_EQ(second.misses().first_block, 0);
+  EXPECT_EQ(second.misses().first_cause, BlockMiss::kInFlight);
+  EXPECT_EQ(second.misses().blocks[static_cast<size_t>(BlockMiss::kInFlight)], 3);
+}
+
+TEST_F(PrefixCacheTest, MissesOnDiskAreRecomputedEvictedFromDiskOrOfAnEarlierModel) {
+  PrefixCacheOptions o;
+  o.write_through_hits = 0;
+  make(o, true);
+  const auto ids = tokens(4 * kBt + 1, 210);
+  request("t", ids);
+  cache_->writerForTest()->drain();
+  auto blocksOf = [](const LookupMisses& m, BlockMiss c) { return m.blocks[static_cast<size_t>(c)]; };
+
+  // On disk, but the policy recomputes.
+  make(o, true);  // fresh tier 0
+  LookupOptions never;
+  never.restore_policy = RestorePolicy::kNever;
+  RequestResult r = request("t", ids, never);
+  EXPECT_EQ(r.misses.first_cause, BlockMiss::kRecomputed);
+  EXPECT_EQ(blocksOf(r.misses, BlockMiss::kRecomputed), 4);
+
+  // Removed from the disk tier after leaving the pool: evicted from disk.
+  make(o, true);
+  const std::vector<Digest> keys = chainBlockKeys(team("t").key(), model_, ids, kBt);
+  disk_->remove(keys[1]);
+  r = request("t", ids);
+  EXPECT_EQ(r.cached_tokens, kBt);  // block 0 restored
+  EXPECT_EQ(r.misses.first_block, 1);
+  EXPECT_EQ(r.misses.first_cause, BlockMiss::kEvicted);
+  EXPECT_EQ(r.misses.evicted_tier, BlockTier::kDisk);
+  // Blocks 2 and 3 are on disk still, but lost with block 1 before them.
+  EXPECT_EQ(blocksOf(r.misses, BlockMiss::kEvicted), 3);
+
+  // A restart under another identity: the old blocks are on disk under the
+  // keys of the identity before.
+  const auto other = tokens(4 * kBt + 1, 211);
+  request("t", other);
+  cache_->writerForTest()->drain();
+  model_ = sha256("another model");
+  make(o, true);
+  r = request("t", other);
+  EXPECT_EQ(r.cached_tokens, 0);
+  EXPECT_EQ(r.misses.first_cause, BlockMiss::kModelChanged);
+  EXPECT_EQ(blocksOf(r.misses, BlockMiss::kModelChanged), 4);
+  // A prompt never computed under either identity stays new.
+  EXPECT_EQ(request("t", tokens(4 * kBt + 1, 212)).misses.first_cause, BlockMiss::kNew);
+}
+
+TEST(EvictedBlocksTest, RemembersTheMostRecentEvictionsWithinItsBound) {
+  EvictedBlocks evicted(3);
+  for (int i = 0; i < 4; ++i) evicted.record(sha256("k" + std::to_string(i)), BlockTier::kPool, 100 + i);
+  EXPECT_FALSE(evicted.find(sha256("k0")).has_value());  // the oldest is forgotten
+  ASSERT_TRUE(evicted.find(sha256("k3")).has_value());
+  EXPECT_EQ(evicted.find(sha256("k3"))->at_ms, 103);
+  // Evicted again (from disk, later): the newest record counts, and its
+  // older place in the order does not make it forgotten early.
+  evicted.record(sha256("k1"), BlockTier::kDisk, 200);
+  evicted.record(sha256("k4"), BlockTier::kPool, 201);
+  EXPECT_EQ(evicted.size(), 3u);
+  ASSERT_TRUE(evicted.find(sha256("k1")).has_value());
+  EXPECT_EQ(evicted.find(sha256("k1"))->tier, BlockTier::kDisk);
+  EXPECT_FALSE(evicted.find(sha256("k2")).has_value());
+  EvictedBlocks none(0);
+  none.record(sha256("k"), BlockTier::kPool, 1);
+  EXPECT_FALSE(none.find(sha256("k")).has_value());
+
+  // The memory bound, measured: the heap a full record holds per key.
+  constexpr size_t kKeys = 100000;
+  const size_t before = mallinfo2().uordblks;
+  {
+    EvictedBlocks full(kKeys);
+    for (size_t i = 0; i < 3 * kKeys; ++i) full.record(sha256(std::to_string(i)), BlockTier::kPool, 1);
+    const size_t per_key = (mallinfo2().uordblks - before) / kKeys;
+    EXPECT_LE(per_key, EvictedBlocks::kBytesPerKey) << per_key;
+  }
 }
 
 TEST_F(PrefixCacheTest, SharedNamespaceIsReadOnlyOnPurpose) {

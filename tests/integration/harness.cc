@@ -4,6 +4,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cache/cache_config.h"
 #include "engine/model/presets.h"
 #include "serving/serving_config.h"
 
@@ -44,7 +45,7 @@ Config HarnessOptions::defaultConfig() {
 Result<std::unique_ptr<Harness>> Harness::start(HarnessOptions options) {
   std::unique_ptr<Harness> h(new Harness());
   h->config_ = std::move(options.config);
-  h->config_.data_dir = h->data_.path();
+  h->config_.data_dir = options.data_dir.empty() ? h->data_.path() : options.data_dir;
   h->config_.engine.model_dir = integrationModelDir();
   if (h->config_.engine.model_dir.empty()) return internalError("writing the integration model failed");
   cli::EngineLoadOptions load;
@@ -52,8 +53,9 @@ Result<std::unique_ptr<Harness>> Harness::start(HarnessOptions options) {
   load.terminal_progress = false;
   LG_ASSIGN_OR_RETURN(h->engine_, cli::loadEngine(h->config_, load));
   if (options.cache) {
-    // Tier 0 only: the disk tier has tests of its own (tests/cache/).
-    LG_ASSIGN_OR_RETURN(h->cache_, cli::openPrefixCache(h->config_, "", *h->engine_.backend));
+    // Tier 0 only unless asked: the disk tier has tests of its own (tests/cache/).
+    const std::string disk = options.disk ? cache::diskTierOptions(h->config_).path : std::string();
+    LG_ASSIGN_OR_RETURN(h->cache_, cli::openPrefixCache(h->config_, disk, *h->engine_.backend));
   }
   proxy::EngineParts parts;
   parts.model_id = "demo";

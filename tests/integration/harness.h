@@ -43,6 +43,10 @@ struct HarnessOptions {
   std::optional<serving::SchedulerOptions> scheduler;
   proxy::ServerHooks hooks;
   bool cache = true;  // a tier-0 prefix cache (cache.enabled)
+  bool disk = false;  // ... with the disk tier `serve` opens (cache.disk_path, under data_dir)
+  // A data directory to use (a restart: another harness's, kept by the
+  // test); empty: a private one, removed with the harness.
+  std::string data_dir;
 
   static Config defaultConfig();
 };
@@ -64,7 +68,7 @@ class Harness {
   uint16_t port() const { return server_->port(); }
   const std::string& caFile() const { return server_->tls().ca_cert_path; }
   const std::string& adminKey() const { return admin_key_; }
-  const std::string& dataDir() const { return data_.path(); }
+  const std::string& dataDir() const { return config_.data_dir; }
   // A new API key of `team`, made in the key store.
   std::string newKey(const std::string& team, const std::string& name = "integration test");
   // curl over TLS to this server, as `key` (Authorization: Bearer; empty:
