@@ -224,6 +224,7 @@
     keysTable(o);
     $('teams-panel').hidden = !o.teams;
     $('teams-table').replaceChildren(...(o.teams ? teamsTable(o.teams) : []));
+    breakersTable(o);
     promptsTable(o);
     recentTable(o);
   }
@@ -536,6 +537,27 @@
       ? '(top ' + o.system_prompts.length + ' of ' + o.system_prompt_count + ')' : '';
     $('prompts-table').replaceChildren(head('Fingerprint', 'Team', '#Uses', '#Hit tokens', '#Miss tokens', '#Hit rate',
                                             '#Cost', '#Saved'), body);
+  }
+
+  // Prefix breakers (docs/cache.md, "Prefix breakers"): shown when there is one.
+  function breakersTable(o) {
+    const rows = o.prefix_breakers ?? [];
+    $('breakers-panel').hidden = !rows.length;
+    const body = el('tbody');
+    for (const b of rows) {
+      const d = b.divergence;
+      const where = (d.message === null ? 'token ' + d.token : 'message ' + d.message + ', token ' + d.message_token) +
+        ' (' + d.part + ')';
+      const advice = el('td', {}, el('div', { text: b.advice }));
+      if (b.snippet !== undefined) advice.append(el('code', { 'data-testid': 'breaker-snippet', text: b.snippet }));
+      body.append(el('tr', { 'data-testid': 'breaker-row', 'data-key-id': b.key_id, 'data-part': d.part,
+                             'data-message': d.message, 'data-message-token': d.message_token },
+        el('td', {}, el('span', { text: b.key_name ?? b.key_id }), el('span', { class: 'muted', text: ' ' + b.team })),
+        el('td', { text: where }), num(b.flagged_requests), num(b.common_tokens),
+        el('td', { class: 'num' }, money(b.saving_per_day, 'breaker-saving', 'good')), advice));
+    }
+    $('breakers-table').replaceChildren(head('Key', 'Divergence', '#Flagged', '#Tokens found again', '#Saving/day',
+                                             'Advice'), body);
   }
 
   function recentTable(o) {
