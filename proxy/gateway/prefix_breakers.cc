@@ -77,16 +77,21 @@ std::optional<Divergence> findDivergence(std::span<const uint32_t> previous, std
   while (at < shorter && previous[at] == current[at]) ++at;
   if (at == shorter) return std::nullopt;  // one is a prefix of the other
 
-  // Where each hash of the previous request's rest first occurs; the current
+  // Where the previous request's rest has each hash, at every kIndexStride-th
+  // position (a run of kMinRunTokens holds at least one of them, and the
+  // index costs an eighth of one over every position); the current
   // request's rest is then scanned for runs of at least kMinRunTokens equal
   // hashes, wherever they lie in the previous request (aligned, shifted by a
   // longer id, or reordered by a shuffle). Each current token counts once.
+  constexpr size_t kIndexStride = 8;
+  static_assert(kIndexStride * 2 <= kMinRunTokens, "every run holds an indexed position");
   std::unordered_map<uint32_t, uint32_t> first;
-  first.reserve(previous.size() - at);
-  for (size_t i = at; i < previous.size(); ++i) first.emplace(previous[i], static_cast<uint32_t>(i));
+  first.reserve((previous.size() - at) / kIndexStride + 1);
+  for (size_t i = at; i < previous.size(); i += kIndexStride) first.emplace(previous[i], static_cast<uint32_t>(i));
   Divergence d;
   d.at = at;
   bool first_run = true;
+  size_t counted_to = at;  // current tokens before this are counted (or skipped) already
   size_t j = at;
   while (j < current.size()) {
     const auto it = first.find(current[j]);
@@ -94,9 +99,16 @@ std::optional<Divergence> findDivergence(std::span<const uint32_t> previous, std
       ++j;
       continue;
     }
-    const size_t i = it->second;
+    // The run through (i, j), extended back to where it starts.
+    size_t i = it->second, start_j = j;
+    while (start_j > counted_to && i > at && previous[i - 1] == current[start_j - 1]) {
+      --i;
+      --start_j;
+    }
     size_t run = 0;
-    while (i + run < previous.size() && j + run < current.size() && previous[i + run] == current[j + run]) ++run;
+    while (i + run < previous.size() && start_j + run < current.size() && previous[i + run] == current[start_j + run]) {
+      ++run;
+    }
     if (run < kMinRunTokens) {
       ++j;
       continue;
@@ -110,7 +122,7 @@ std::optional<Divergence> findDivergence(std::span<const uint32_t> previous, std
       first_run = false;
     }
     d.common += run;
-    j += run;
+    j = counted_to = start_j + run;
   }
   return d;
 }
@@ -246,7 +258,7 @@ bool PrefixBreakers::observe(const Request& request) {
 
   // Keep this request as the key's last, and its fingerprint's.
   auto& prompts = state.prompts;
-  std::erase_if(prompts, [&](const KeptPrompt& p) { return !fingerprint.empty() && p.system_prompt == fingerprint; });
+  std::erase_if(prompts, [&](const KeptPrompt& p) { return p.system_prompt == fingerprint; });
   prompts.push_front(KeptPrompt{fingerprint, current});
   if (prompts.size() > kPromptsPerKey) prompts.pop_back();
 

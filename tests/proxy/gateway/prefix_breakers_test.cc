@@ -4,13 +4,16 @@
 // the tools part, under its stable system prompt; a prompt that grows at its
 // end (a new turn, or text added at the end of the system prompt) and a new
 // question are not; the memory bound holds under many keys; snippets only
-// with a team's consent, and only for its retention.
+// with a team's consent, and only for its retention; the consent itself.
 // tests/integration/prefix_breakers_test.cc runs it through the real server.
 #include "proxy/gateway/prefix_breakers.h"
 
 #include <gtest/gtest.h>
 
+#include "billing/control_plane.h"
+#include "proxy/gateway/snippet_consent.h"
 #include "proxy/openai/prompt_encoder.h"
+#include "tests/support/temp_dir.h"
 #include "text/chat/chat_template.h"
 
 namespace lg::proxy {
@@ -276,6 +279,24 @@ TEST(PrefixBreakersTest, TheMemoryBoundHoldsUnderManyKeys) {
   EXPECT_EQ(f.breakers.stats().bytes, 0u);
 }
 
+TEST(PrefixBreakersTest, AKeyKeepsOnePromptPerSystemPromptAndTheLastOneCutToMaxPromptTokens) {
+  PrefixBreakersOptions o;
+  o.max_prompt_tokens = 512;
+  Fixture f(o);
+  const Encoded e = encode(conversation(kInstructions));
+  ASSERT_GT(e.ids.size(), 512u);
+  for (int i = 0; i < 10; ++i) f.observe(e, "key-a", "");  // no system prompt fingerprint
+  const uint64_t one = f.breakers.stats().bytes;
+  EXPECT_GE(one, 512u * 4);
+  EXPECT_LT(one, 2u * 512 * 4) << "one prompt of the empty fingerprint, not ten";
+  f.observe(e, "key-a", "fp-1");
+  f.observe(e, "key-a", "fp-2");
+  f.observe(e, "key-a", "fp-3");
+  f.observe(e, "key-a", "fp-4");
+  EXPECT_LT(f.breakers.stats().bytes, static_cast<uint64_t>(kPromptsPerKey + 1) * 512 * 4) << "at most four prompts";
+  EXPECT_EQ(f.breakers.hashes(e.ids).size(), 512u);
+}
+
 TEST(PrefixBreakersTest, FindDivergenceSeparatesReplacementFromInsertion) {
   std::vector<uint32_t> base(400);
   for (size_t i = 0; i < base.size(); ++i) base[i] = static_cast<uint32_t>(1000 + i);
@@ -302,6 +323,62 @@ TEST(PrefixBreakersTest, FindDivergenceSeparatesReplacementFromInsertion) {
   EXPECT_EQ(d->at, 10u);
   EXPECT_FALSE(d->replaced);
   EXPECT_EQ(d->common, base.size() - 13);
+
+  // An id of another length: two tokens replaced by five, the rest shifted
+  // by three and found again all the same.
+  std::vector<uint32_t> shifted(base.begin(), base.begin() + 10);
+  shifted.insert(shifted.end(), {1, 2, 3, 4, 5, 6, 7, 8});
+  shifted.insert(shifted.end(), base.begin() + 15, base.end());
+  d = findDivergence(base, shifted);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->at, 10u);
+  EXPECT_TRUE(d->replaced);
+  EXPECT_EQ(d->common, base.size() - 15);
+
+  // Two halves swapped: both found again.
+  std::vector<uint32_t> swapped(base.begin(), base.begin() + 10);
+  swapped.insert(swapped.end(), base.begin() + 200, base.end());
+  swapped.insert(swapped.end(), base.begin() + 10, base.begin() + 200);
+  d = findDivergence(base, swapped);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->at, 10u);
+  EXPECT_TRUE(d->replaced);
+  EXPECT_EQ(d->common, base.size() - 10);
+}
+
+// The consent is a control record: kept across a restart, for the team's
+// generation only, and its withdrawal is observed where it is applied.
+TEST(SnippetConsentsTest, AConsentOutlivesARestartBelongsToOneGenerationAndItsWithdrawalIsObserved) {
+  test::TempDir dir;
+  SnippetConsent consent{"team-a", 2, "Ada, team lead (OPS-42)", 1'780'000'000'000'000, 3600};
+  {
+    auto db = billing::BillingDb::open(dir.file("billing"));
+    ASSERT_TRUE(db.isOk()) << db.status().toString();
+    billing::LocalControlPlane control(**db);
+    auto consents = SnippetConsents::open(**db, control);
+    ASSERT_TRUE(consents.isOk()) << consents.status().toString();
+    EXPECT_EQ((*consents)->retentionFor("team-a", 2), 0);
+    ASSERT_TRUE((*consents)->grant(consent).isOk());
+    EXPECT_EQ((*consents)->retentionFor("team-a", 2), 3600);
+    EXPECT_EQ((*consents)->retentionFor("team-a", 3), 0) << "the id reused after a deletion starts without one";
+    EXPECT_EQ((*consents)->retentionFor("team-b", 2), 0);
+  }
+  auto db = billing::BillingDb::open(dir.file("billing"));
+  ASSERT_TRUE(db.isOk()) << db.status().toString();
+  billing::LocalControlPlane control(**db);
+  auto consents = SnippetConsents::open(**db, control);
+  ASSERT_TRUE(consents.isOk()) << consents.status().toString();
+  ASSERT_EQ((*consents)->find("team-a"), consent) << "kept across a restart";
+  std::vector<std::string> withdrawn;
+  (*consents)->onWithdrawn([&](const std::string& team) { withdrawn.push_back(team); });
+  auto w = (*consents)->withdraw("team-a");
+  ASSERT_TRUE(w.isOk());
+  EXPECT_TRUE(*w);
+  EXPECT_EQ(withdrawn, std::vector<std::string>{"team-a"});
+  EXPECT_FALSE((*consents)->find("team-a").has_value());
+  w = (*consents)->withdraw("team-a");
+  ASSERT_TRUE(w.isOk());
+  EXPECT_FALSE(*w) << "nothing left to withdraw";
 }
 
 }  // namespace
