@@ -57,6 +57,18 @@ bool printable(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char ch) { return static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f; });
 }
 
+// Dollars for a sentence: cents from a dollar up, else three significant
+// digits ("0.0162"), rounded down; the row's fields keep the exact amounts.
+std::string roughUsd(int64_t pico) {
+  if (pico >= int64_t{1'000'000'000'000}) return billing::usdCents(pico);
+  std::string exact = billing::usd(pico);  // "0.016257024"
+  const size_t dot = exact.find('.');
+  if (dot == std::string::npos) return exact;
+  const size_t first = exact.find_first_not_of('0', dot + 1);
+  if (first == std::string::npos) return exact;
+  return exact.substr(0, std::min(exact.size(), first + 3));
+}
+
 }  // namespace
 
 std::string prefixBreakerAdvice(const PrefixBreakerReport& row, std::string_view key_name) {
@@ -65,7 +77,7 @@ std::string prefixBreakerAdvice(const PrefixBreakerReport& row, std::string_view
                                        : "token " + std::to_string(row.token);
   std::string who = key_name.empty() ? row.key_id : std::string(key_name) + " (" + row.key_id + ")";
   return "Requests of key " + who + " diverge at " + where + " (" + std::string(partWords(row.part)) + "): " +
-         std::string(partQuestion(row.part)) + " Stable, it would save $" + billing::usd(row.saving_per_day) +
+         std::string(partQuestion(row.part)) + " Stable, it would save about $" + roughUsd(row.saving_per_day) +
          "/day (" + std::to_string(row.common_tokens) + " tokens a request would hit the cache).";
 }
 

@@ -42,7 +42,8 @@ namespace lg::proxy {
 // and the advice in words.
 nlohmann::json prefixBreakersJson(const std::vector<PrefixBreakerReport>& rows, const billing::KeyStore& keys);
 // "Requests of key K diverge at message 0, token 12 (system prompt): a
-// timestamp or an id there? Stable, it would save $X/day."
+// timestamp or an id there? Stable, it would save about $X/day." (X rounded
+// down: cents from a dollar up, else three significant digits)
 std::string prefixBreakerAdvice(const PrefixBreakerReport& row, std::string_view key_name);
 
 class PrefixBreakersApi {

@@ -548,7 +548,7 @@
       const d = b.divergence;
       const where = (d.message === null ? 'token ' + d.token : 'message ' + d.message + ', token ' + d.message_token) +
         ' (' + d.part + ')';
-      const advice = el('td', {}, el('div', { text: b.advice }));
+      const advice = el('td', { class: 'advice' }, el('div', { text: b.advice }));
       if (b.snippet !== undefined) advice.append(el('code', { 'data-testid': 'breaker-snippet', text: b.snippet }));
       body.append(el('tr', { 'data-testid': 'breaker-row', 'data-key-id': b.key_id, 'data-part': d.part,
                              'data-message': d.message, 'data-message-token': d.message_token },

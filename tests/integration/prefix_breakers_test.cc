@@ -123,6 +123,18 @@ TEST_F(PrefixBreakersServerTest, ATimestampInTheFirstLineIsFlaggedThereAndAPromp
                                                   " (system prompt)"),
             std::string::npos)
       << row["advice"];
+  // Three requests within a second, at the demo's prices: 2 x common x 252 pico-dollars
+  // a token, taken over an hour (the shortest span a daily rate is made of), rounded down.
+  const int64_t per_day = 2 * row["common_tokens"].get<int64_t>() * 252'000 * 24;
+  ASSERT_LT(per_day, int64_t{1'000'000'000'000}) << "under a dollar";
+  char digits[16];
+  std::snprintf(digits, sizeof digits, "%012lld", static_cast<long long>(per_day));
+  std::string exact = "0." + std::string(digits);
+  exact.erase(exact.find_last_not_of('0') + 1);
+  EXPECT_EQ(row["saving_per_day"], exact);
+  const std::string rough = exact.substr(0, exact.find_first_not_of("0.") + 3);
+  EXPECT_NE(row["advice"].get<std::string>().find("it would save about $" + rough + "/day"), std::string::npos)
+      << row["advice"] << " " << rough;
   EXPECT_FALSE(row.contains("snippet")) << "no consent, no text";
   EXPECT_TRUE(report("?team=team-b")["data"].empty());
   EXPECT_EQ(metric("latentgate_prefix_breakers_flagged_total"), 2u);
