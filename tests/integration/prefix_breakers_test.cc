@@ -141,17 +141,28 @@ TEST_F(PrefixBreakersServerTest, ATimestampInTheFirstLineIsFlaggedThereAndAPromp
   EXPECT_EQ(metric("latentgate_prefix_breakers_observed_total"), 6u);
   EXPECT_EQ(metric("latentgate_prefix_breakers_keys"), 2u);
 
-  // A team key's dashboard shows its team's row.
-  const auto signed_in = h_->call("POST", "/dashboard/session", "", json{{"key", stamped_key_}});
-  ASSERT_EQ(signed_in.status, 200) << signed_in.body;
-  const std::string cookie = signed_in.header("set-cookie").value_or("");
-  const std::string token = cookie.substr(13, cookie.find(';') - 13);
-  const auto overview =
-      h_->call("GET", "/dashboard/api/overview?range=24h", "", nullptr, {"-H", "Cookie: lg_dashboard=" + token});
-  ASSERT_EQ(overview.status, 200) << overview.body;
-  const json breakers = json::parse(overview.body)["prefix_breakers"];
+  // A team key's dashboard shows its team's row, and another team's nothing of it.
+  const auto dashboardBreakers = [&](const std::string& key) {
+    const auto signed_in = h_->call("POST", "/dashboard/session", "", json{{"key", key}});
+    EXPECT_EQ(signed_in.status, 200) << signed_in.body;
+    const std::string cookie = signed_in.header("set-cookie").value_or("");
+    const std::string token = cookie.substr(13, cookie.find(';') - 13);
+    const auto overview =
+        h_->call("GET", "/dashboard/api/overview?range=24h", "", nullptr, {"-H", "Cookie: lg_dashboard=" + token});
+    EXPECT_EQ(overview.status, 200) << overview.body;
+    return json::parse(overview.body, nullptr, false)["prefix_breakers"];
+  };
+  const json breakers = dashboardBreakers(stamped_key_);
   ASSERT_EQ(breakers.size(), 1u) << breakers.dump();
   EXPECT_EQ(breakers[0]["advice"], row["advice"]);
+  const json other = dashboardBreakers(h_->newKey("team-b", "other-team"));
+  EXPECT_TRUE(other.is_array() && other.empty()) << other.dump();
+
+  // A revoked key's hashes and rows go with it.
+  const std::string key_id = row["key_id"].get<std::string>();
+  ASSERT_EQ(h_->call("DELETE", "/admin/keys/" + key_id, h_->adminKey()).status, 200);
+  EXPECT_TRUE(report()["data"].empty());
+  EXPECT_EQ(metric("latentgate_prefix_breakers_keys"), 1u) << "the growing agent's";
 }
 
 TEST_F(PrefixBreakersServerTest, SnippetsOnlyWhileTheTeamsConsentIsRecorded) {
