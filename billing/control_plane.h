@@ -1,7 +1,8 @@
 // ControlPlane: the one seam through which the billing store's control
 // records change: API keys (key/), teams (team/), the budgets the admin set
-// (budget/), price versions (price/) and purges of stored responses
-// (resppurge/) (docs/billing.md, "The control plane").
+// (budget/), price versions (price/), purges of stored responses
+// (resppurge/) and the teams' consents to prompt snippets (snippets/,
+// proxy/gateway/snippet_consent.h) (docs/billing.md, "The control plane").
 //
 // A change is a function run against the records as they are in the source
 // of truth: it reads what it needs (ControlTxn::get) and says what to put
@@ -40,7 +41,8 @@ namespace lg::billing {
 
 // The prefixes of the control records in the billing store. Everything else
 // in it (the ledger, stored responses, secrets) is this replica's own.
-inline constexpr std::string_view kControlPrefixes[] = {"key/", "team/", "budget/", "price/", "resppurge/"};
+inline constexpr std::string_view kControlPrefixes[] = {"key/", "team/", "budget/", "price/", "resppurge/",
+                                                        "snippets/"};
 bool isControlKey(std::string_view key);
 
 // One control record as committed: its value, or nullopt when it was erased.

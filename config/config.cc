@@ -114,6 +114,9 @@ const std::array kFields = {
     LG_FIELD("cache.in_flight_wait_ms", cache.in_flight_wait_ms),
     LG_FIELD("cache.reply_ids_max_bytes", cache.reply_ids_max_bytes),
     LG_FIELD("cache.reply_ids_ttl_seconds", cache.reply_ids_ttl_seconds),
+    LG_FIELD("cache.prefix_breakers_max_bytes", cache.prefix_breakers_max_bytes),
+    LG_FIELD("cache.prefix_breakers_max_prompt_tokens", cache.prefix_breakers_max_prompt_tokens),
+    LG_FIELD("cache.prefix_breakers_min_common_tokens", cache.prefix_breakers_min_common_tokens),
     LG_FIELD("cache.io_threads", cache.io_threads),
     LG_FIELD("cache.fingerprint", cache.fingerprint),
     LG_FIELD("cache.identity_check_seconds", cache.identity_check_seconds),
@@ -617,6 +620,20 @@ Status validateConfig(const Config& c) {
   if (c.cache.reply_ids_ttl_seconds < 0) {
     return invalidArgument("cache.reply_ids_ttl_seconds: expected >= 0 (0 = never expire), got " +
                            std::to_string(c.cache.reply_ids_ttl_seconds));
+  }
+  if (c.cache.prefix_breakers_max_bytes < 0) {
+    return invalidArgument("cache.prefix_breakers_max_bytes: expected >= 0 (0 = off), got " +
+                           std::to_string(c.cache.prefix_breakers_max_bytes));
+  }
+  if (c.cache.prefix_breakers_max_prompt_tokens < 64 || c.cache.prefix_breakers_max_prompt_tokens > 1'048'576) {
+    return invalidArgument("cache.prefix_breakers_max_prompt_tokens: expected 64..1048576, got " +
+                           std::to_string(c.cache.prefix_breakers_max_prompt_tokens));
+  }
+  if (c.cache.prefix_breakers_min_common_tokens < 16 ||
+      c.cache.prefix_breakers_min_common_tokens > c.cache.prefix_breakers_max_prompt_tokens) {
+    return invalidArgument("cache.prefix_breakers_min_common_tokens: expected 16..cache.prefix_breakers_max_prompt_tokens"
+                           " (the shortest run counted is 16 tokens), got " +
+                           std::to_string(c.cache.prefix_breakers_min_common_tokens));
   }
   if (c.cache.in_flight_wait_ms < 0) {
     return invalidArgument("cache.in_flight_wait_ms: expected >= 0 (0 = never wait), got " +

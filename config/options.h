@@ -158,6 +158,12 @@ struct CacheOptions {
   // (proxy/gateway/reply_ids.h, docs/cache.md). 0 bytes: none kept.
   int64_t reply_ids_max_bytes = int64_t{64} << 20;
   int64_t reply_ids_ttl_seconds = 3600;  // a kept reply unused this long is dropped; 0: never
+  // Prefix breakers (proxy/gateway/prefix_breakers.h, docs/cache.md): each
+  // key's last requests kept as keyed token hashes, to flag prompts that
+  // diverge early from their previous one. 0 bytes: off.
+  int64_t prefix_breakers_max_bytes = int64_t{32} << 20;
+  int64_t prefix_breakers_max_prompt_tokens = 16384;  // a request's first tokens compared
+  int64_t prefix_breakers_min_common_tokens = 256;    // tokens found again after a divergence that flag it
 };
 
 // The scheduler (serving/, docs/serving.md): what one engine step holds and

@@ -74,7 +74,7 @@ CREATE TABLE usage_hourly (
 
 // Version 2: the control records shared by every replica (docs/billing.md,
 // "The control plane"): one row per record of the billing store's control
-// prefixes (key/, team/, budget/, price/, resppurge/), its value as the
+// prefixes (key/, team/, budget/, price/, resppurge/, snippets/), its value as the
 // store holds it, NULL once erased (the row stays, so that every replica
 // learns of the erasure). `seq` is control_seq's value of the transaction
 // that wrote the row last; writers take kControlLock first and draw it

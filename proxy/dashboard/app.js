@@ -225,6 +225,7 @@
     keysTable(o);
     $('teams-panel').hidden = !o.teams;
     $('teams-table').replaceChildren(...(o.teams ? teamsTable(o.teams) : []));
+    breakersTable(o);
     promptsTable(o);
     whyTable(o);
     recentTable(o);
@@ -635,6 +636,27 @@
     if (m.first_miss_cause === 'evicted') why += ' from the ' + m.evicted_tier + ' ' + ago(m.evicted_ago_ms) + ' ago';
     td.append(el('span', { 'data-testid': 'recent-first-miss', text: where + ': ' + why }));
     return td;
+  }
+
+  // Prefix breakers (docs/cache.md, "Prefix breakers"): shown when there is one.
+  function breakersTable(o) {
+    const rows = o.prefix_breakers ?? [];
+    $('breakers-panel').hidden = !rows.length;
+    const body = el('tbody');
+    for (const b of rows) {
+      const d = b.divergence;
+      const where = (d.message === null ? 'token ' + d.token : 'message ' + d.message + ', token ' + d.message_token) +
+        ' (' + d.part + ')';
+      const advice = el('td', { class: 'advice' }, el('div', { text: b.advice }));
+      if (b.snippet !== undefined) advice.append(el('code', { 'data-testid': 'breaker-snippet', text: b.snippet }));
+      body.append(el('tr', { 'data-testid': 'breaker-row', 'data-key-id': b.key_id, 'data-part': d.part,
+                             'data-message': d.message, 'data-message-token': d.message_token },
+        el('td', {}, el('span', { text: b.key_name ?? b.key_id }), el('span', { class: 'muted', text: ' ' + b.team })),
+        el('td', { text: where }), num(b.flagged_requests), num(b.common_tokens),
+        el('td', { class: 'num' }, money(b.saving_per_day, 'breaker-saving', 'good')), advice));
+    }
+    $('breakers-table').replaceChildren(head('Key', 'Divergence', '#Flagged', '#Tokens found again', '#Saving/day',
+                                             'Advice'), body);
   }
 
   function recentTable(o) {

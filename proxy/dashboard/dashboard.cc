@@ -11,6 +11,7 @@
 #include "common/unix_time.h"
 #include "proxy/admin/budget_api.h"
 #include "proxy/admin/cache_curves.h"
+#include "proxy/admin/prefix_breakers_api.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/sse.h"  // jsonText
 #include "proxy/http/http_errors.h"
@@ -565,6 +566,12 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
   json sp_list = usageList(sp_rows, sp_q, names).data;
   markDeletedTeams(sp_list, keys_);
   out["system_prompts"] = std::move(sp_list);
+
+  // Prompts that break their own prefix (this replica's memory, not the
+  // range): the admin's every team's, a team's its own.
+  if (breakers_ != nullptr && breakers_->enabled()) {
+    out["prefix_breakers"] = prefixBreakersJson(breakers_->report(team), keys_);
+  }
 
   // Recent requests: the newest entries of the range (a bounded reverse scan).
   LG_ASSIGN_OR_RETURN(auto entries, ledger_.recentEntries(options_.recent_limit, team, from_s * kUsPerS, to_s * kUsPerS,

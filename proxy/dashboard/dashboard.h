@@ -45,6 +45,7 @@
 #include "common/metrics.h"
 #include "proxy/dashboard/dashboard_sessions.h"
 #include "proxy/gateway/admission.h"
+#include "proxy/gateway/prefix_breakers.h"
 #include "proxy/http/router.h"
 #include "serving/scheduler_stats.h"
 #include "serving/serving_metrics.h"
@@ -85,6 +86,9 @@ class Dashboard {
             DashboardMemorySources memory, DashboardOptions options = {});
 
   void addRoutes(Router& router);
+  // The prefix-breaker rows the overview shows (null: none); the admin sees
+  // every team's, a team's key its team's. Set before the server starts.
+  void setPrefixBreakers(const PrefixBreakers* breakers) { breakers_ = breakers; }
 
   // The overview's JSON for `viewer` over [from_s, to_s) by `granularity_s`
   // (3600 or 86400), `range` naming it ("24h", ..., "custom"); what GET
@@ -121,6 +125,7 @@ class Dashboard {
   const billing::RateLimiter* const rate_limiter_;
   const DashboardMemorySources memory_;
   const DashboardOptions options_;
+  const PrefixBreakers* breakers_ = nullptr;
   DashboardSessions sessions_;
   SignInThrottle failures_by_address_;
   SignInThrottle sign_ins_by_key_;

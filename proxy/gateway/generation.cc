@@ -269,6 +269,19 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
     call->key_id = ticket->who.key_id;
     for (const auto& [name, value] : ticket->headers.fields()) call->headers.add(name, value);
   }
+  // An admitted request of a key, with a chat prompt's layout: compared with
+  // the key's previous one (what the admin publishes is not an agent's).
+  if (ticket && breakers_ != nullptr && breakers_->enabled() && !plan.layout.empty()) {
+    PrefixBreakers::Request seen;
+    seen.key_id = ticket->who.key_id;
+    seen.team = ticket->who.team;
+    seen.team_generation = ticket->who.team_generation;
+    seen.system_prompt = plan.system_prompt;
+    seen.ids = plan.choices.front().prompt;
+    seen.layout = &plan.layout;
+    seen.rates = call->metered ? call->metered->rates().rates : billing::kDeepSeekRates;
+    breakers_->observe(seen);
+  }
   call->ticket = std::move(ticket);
   openai::UsageCostHook cost;
   if (call->metered) {

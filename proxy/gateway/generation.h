@@ -41,6 +41,7 @@
 #include "billing/key_store.h"
 #include "proxy/gateway/admission.h"
 #include "proxy/gateway/generation_metrics.h"
+#include "proxy/gateway/prefix_breakers.h"
 #include "proxy/http/exchange.h"
 #include "proxy/openai/api_error.h"
 #include "proxy/openai/prompt_layout.h"
@@ -86,6 +87,11 @@ class Generation {
   // The admin's own work (publishing a shared prefix): neither admitted nor metered.
   void runAsAdmin(std::shared_ptr<Exchange> exchange, GenerationPlan plan) const;
 
+  // Where admitted chat and Responses prompts are compared with their key's
+  // previous one (prefix_breakers.h; null or disabled: they are not). Set
+  // before the server starts; it must outlive it.
+  void setPrefixBreakers(PrefixBreakers* breakers) { breakers_ = breakers; }
+
   // The Retry-After values of the scheduler's refusals, for the responders.
   const openai::RetryAfter& retry() const { return retry_; }
 
@@ -108,6 +114,7 @@ class Generation {
   const Admission& admission_;
   GenerationMetrics* const metrics_;
   const openai::RetryAfter retry_;
+  PrefixBreakers* breakers_ = nullptr;
 
   // The admitted calls still running, by the key that made them (for
   // cancelKey); a call leaves when its last choice ends.

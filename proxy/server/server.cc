@@ -24,13 +24,16 @@
 #include "proxy/admin/responses_api.h"
 #include "proxy/admin/cache_curves.h"
 #include "proxy/admin/shared_prefixes.h"
+#include "proxy/admin/prefix_breakers_api.h"
 #include "proxy/admin/teams_api.h"
 #include "proxy/dashboard/dashboard.h"
 #include "proxy/gateway/admission.h"
 #include "proxy/gateway/gateway.h"
 #include "proxy/gateway/generation.h"
 #include "proxy/gateway/generation_metrics.h"
+#include "proxy/gateway/prefix_breakers.h"
 #include "proxy/gateway/reply_ids.h"
+#include "proxy/gateway/snippet_consent.h"
 #include "proxy/gateway/response_store.h"
 #include "proxy/http/blocking_pool.h"
 #include "proxy/http/health_routes.h"
@@ -58,6 +61,9 @@ struct Server::Parts {
   // Chat replies' generated ids (cache.reply_ids_*); the engine thread records
   // into it, so it outlives the scheduler.
   std::unique_ptr<ReplyIdStore> reply_ids;
+  // Which prompts break their own prefix (cache.prefix_breakers_*); fed by
+  // admitted requests, read by the admin API and the dashboard.
+  std::unique_ptr<PrefixBreakers> prefix_breakers;
   billing::LedgerMetrics ledger_metrics;
 
   std::unique_ptr<billing::BillingDb> db;
@@ -67,6 +73,8 @@ struct Server::Parts {
   std::unique_ptr<billing::ControlPlane> control;
   billing::pg::PgControlPlane* pg_control = nullptr;  // `control`, when it is PostgreSQL's
   std::unique_ptr<billing::KeyStore> keys;
+  // The teams' consents to prompt snippets in the prefix-breaker report (snippets/).
+  std::unique_ptr<SnippetConsents> snippet_consents;
   std::optional<billing::AdminKey> admin;
   std::string admin_path;
   bool admin_created = false;
@@ -121,6 +129,7 @@ struct Server::Parts {
   std::unique_ptr<BudgetApi> budget_api;
   std::unique_ptr<SharedPrefixPublisher> shared_prefixes;
   std::unique_ptr<CacheCurvesApi> cache_curves;
+  std::unique_ptr<PrefixBreakersApi> prefix_breakers_api;
   std::unique_ptr<ResponsesAdminApi> responses_api;
   std::unique_ptr<Dashboard> dashboard;
   // Purges here what admins deleted on other replicas (after the parts it uses).
@@ -339,9 +348,21 @@ Status Server::Parts::build() {
   reply_ids = std::make_unique<ReplyIdStore>(
       ReplyIdsOptions{config.cache.reply_ids_max_bytes, config.cache.reply_ids_ttl_seconds});
   gateway->setReplyIds(reply_ids.get());
+  LG_ASSIGN_OR_RETURN(snippet_consents, SnippetConsents::open(*db, *control));
+  prefix_breakers = std::make_unique<PrefixBreakers>(
+      PrefixBreakersOptions{config.cache.prefix_breakers_max_bytes, config.cache.prefix_breakers_max_prompt_tokens,
+                            config.cache.prefix_breakers_min_common_tokens},
+      *engine.tokenizer,
+      [this](std::string_view team, uint32_t generation) { return snippet_consents->retentionFor(team, generation); },
+      hooks.clock_us);
+  // A withdrawn consent (here or on another replica) drops the team's snippets at once.
+  snippet_consents->onWithdrawn([this](const std::string& team) { prefix_breakers->dropSnippets(team); });
+  generation->setPrefixBreakers(prefix_breakers.get());
   // A revoked key's requests in flight are cancelled within one engine step
   // (billed for what they computed), whichever path revoked it.
   keys->onRevoke([this](const billing::ApiKeyInfo& key) {
+    // What the breakers kept of the key's prompts goes with it (a deleted team's keys too).
+    prefix_breakers->forgetKey(key.id);
     if (const size_t n = generation->cancelKey(key.id); n > 0) {
       proxyLog()->info("API key {} revoked: {} request(s) in flight cancelled", key.id, n);
     }
@@ -367,6 +388,7 @@ Status Server::Parts::build() {
     shared_prefixes = std::make_unique<SharedPrefixPublisher>(o, *generation, *engine.cache, *encoder, *admission);
   }
   cache_curves = std::make_unique<CacheCurvesApi>(engine.cache, *admission);
+  prefix_breakers_api = std::make_unique<PrefixBreakersApi>(*prefix_breakers, *snippet_consents, *keys, *admission);
   // The dashboard: the ledger's numbers as the usage API shows them, the
   // budgets, the limits' buckets, and the memory picture /metrics reads.
   const serving::MemoryFacts memory{engine.backend->model().checkpointBytes(),
@@ -380,6 +402,7 @@ Status Server::Parts::build() {
   dashboard = std::make_unique<Dashboard>(*reads, *keys, *admission, budget_view, rate_limiter.get(),
                                           DashboardMemorySources{scheduler.get(), engine.cache, memory},
                                           dashboard_options);
+  dashboard->setPrefixBreakers(prefix_breakers.get());
 
   // Each part registers its own metric families; /metrics only collects.
   // vLLM's names for the load and the pool, for routers: block_size is the
@@ -388,6 +411,7 @@ Status Server::Parts::build() {
                                serving::VllmFacts{engine.model_id, engine.backend->latentLayout().block_tokens});
   registry.add([this](metrics::ExpositionWriter& w) { generation_metrics.collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { reply_ids->collect(w); });
+  registry.add([this](metrics::ExpositionWriter& w) { prefix_breakers->collect(w); });
   registry.add([this](metrics::ExpositionWriter& w) { ledger_metrics.collect(w); });
   if (drain) registry.add([this](metrics::ExpositionWriter& w) { drain->collect(w); });
   if (redis_limits) registry.add([this](metrics::ExpositionWriter& w) { redis_limits->collect(w); });
@@ -489,6 +513,7 @@ void Server::Parts::addRoutes() {
   budget_api->addRoutes(router);
   if (shared_prefixes) shared_prefixes->addRoutes(router);
   cache_curves->addRoutes(router);
+  prefix_breakers_api->addRoutes(router);
   responses_api->addRoutes(router);
   dashboard->addRoutes(router);
   addMetricsRoute(router, registry, *admission);

@@ -2,7 +2,8 @@
 // headless, driven by playwright-core, trusting the server's local CA
 // through an NSS database in a temporary HOME (no certificate errors are
 // ignored). Two teams' keys make requests with the official openai SDK
-// (a long system prompt repeated, so some prompts hit the cache); the admin
+// (a long system prompt repeated, so some prompts hit the cache; one key's
+// starts with the time, so the prefix-breaker panel shows it); the admin
 // signs in through the form and every number the page shows for the totals,
 // the keys and the teams equals /admin/usage's for the page's range, to the
 // string; a screenshot is saved; then a key of team alpha signs in and
@@ -71,6 +72,11 @@ before(async () => {
   const hit = await ask('alpha-lead', alphaPrompt, 'And the second one.');
   assert.ok(hit.prompt_cache_hit_tokens > 0, 'the repeated system prompt hits the cache');
   await ask('alpha-bot', alphaPrompt, 'List the open questions.', true);
+  // Alpha's bot starts its system prompt with the time: each request diverges
+  // from the previous one in its first line (the prefix-breaker panel).
+  for (const second of [10, 11, 12]) {
+    await ask('alpha-bot', `Current time: 2026-12-03T07:41:${second}Z\n` + alphaPrompt, 'Any news?');
+  }
   await ask('beta-ops', betaPrompt, 'A customer asks about refunds.');
   await ask('beta-ops', betaPrompt, 'And about shipping.');
 
@@ -264,6 +270,20 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
     assert.equal(await page.locator(`[data-testid=today-${tier.tier}]`).count(), 1);
     assert.equal(await page.locator(`${chart} circle`).count(), tier.points.length);
   }
+  // Prompts that break their own prefix: alpha's bot, at message 0 of its
+  // system prompt, as /admin/cache/prefix-breakers answers.
+  const breakers = await adminJson('/admin/cache/prefix-breakers');
+  assert.equal(breakers.data.length, 1, JSON.stringify(breakers));
+  assert.equal(breakers.data[0].key_id, keys['alpha-bot'].id);
+  assert.ok(breakers.data[0].flagged_requests >= 2, JSON.stringify(breakers));  // the first stamped one may count: it follows an unstamped request
+  assert.deepEqual(o.prefix_breakers, breakers.data);
+  assert.ok(await page.isVisible('#breakers-panel'));
+  const breakerRow = `[data-testid=breaker-row][data-key-id=${keys['alpha-bot'].id}]`;
+  assert.equal(await attr(breakerRow, 'data-part'), 'system');
+  assert.equal(await attr(breakerRow, 'data-message'), '0');
+  assert.equal(await attr(breakerRow, 'data-message-token'), String(breakers.data[0].divergence.message_token));
+  assert.equal(await attr(`${breakerRow} [data-testid=breaker-saving]`, 'data-value'), breakers.data[0].saving_per_day);
+  assert.ok((await page.textContent(breakerRow)).includes(breakers.data[0].advice));
   // Budgets: each key's is /v1/usage's (alpha's team budget binds both its keys; beta has none).
   for (const name of Object.keys(keys)) {
     const own = JSON.parse((await server.request('GET', '/v1/usage', { headers: auth(keys[name].key) })).body).budget;
@@ -322,6 +342,9 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   assert.ok(await page.isHidden('#teams-panel') && await page.isHidden('#memory-panel') &&
             await page.isHidden('#curves-panel'));
   assert.equal(await page.locator('[data-testid^=curve-]').count(), 0, 'no curve of the whole cache for a team');
+  // Its own team's prefix breaker (alpha's bot).
+  assert.deepEqual(t.prefix_breakers.map((b) => b.key_id), [keys['alpha-bot'].id]);
+  assert.ok(await page.isVisible('#breakers-panel'));
   const ts = await shown();
   const alphaUsage = await adminJson(`/admin/usage?from=${ts.from}&to=${ts.to}&team=dash-alpha`);
   assert.equal(ts.cost, alphaUsage.totals.cost_total);
