@@ -263,7 +263,6 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
   call->headers = std::move(plan.headers);
   call->on_done = std::move(plan.on_done);
   call->observe = std::move(plan.observe);
-  call->layout = std::move(plan.layout);
   if (ticket) {
     call->metered = ticket->metered;
     call->key_id = ticket->who.key_id;
@@ -282,6 +281,7 @@ void Generation::start(std::shared_ptr<Exchange> exchange, std::optional<Ticket>
     seen.rates = call->metered ? call->metered->rates().rates : billing::kDeepSeekRates;
     breakers_->observe(seen);
   }
+  call->layout = std::move(plan.layout);
   call->ticket = std::move(ticket);
   openai::UsageCostHook cost;
   if (call->metered) {

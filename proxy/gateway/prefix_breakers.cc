@@ -220,16 +220,13 @@ bool PrefixBreakers::observe(const Request& request) {
   int32_t message_token = 0;
   bool flag = false;
   if (d && d->replaced && d->common >= static_cast<size_t>(std::max<int64_t>(options_.min_common_tokens, 1))) {
-    const size_t byte = openai::byteOffset(tokenizer_, request.ids, d->at);
-    place = openai::placeOf(*request.layout, byte);
+    place = openai::placeOf(*request.layout, d->at);
     flag = place.part == openai::PromptPart::kSystem || place.part == openai::PromptPart::kTools ||
            place.part == openai::PromptPart::kHistory;
     if (flag && place.message >= 0) {
-      // The first token that starts in the message's part.
+      // Counted from the first token of the message's part.
       const size_t begin = place.message == 0 ? 0 : request.layout->message_end[place.message - 1];
-      size_t token = 0, bytes = 0;
-      while (token < d->at && bytes < begin) bytes += tokenizer_.tokenBytes(request.ids[token++]).size();
-      message_token = static_cast<int32_t>(d->at - token);
+      message_token = static_cast<int32_t>(d->at - std::min(begin, d->at));
     }
   }
   std::optional<std::string> snippet;

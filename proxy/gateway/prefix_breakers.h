@@ -141,7 +141,7 @@ class PrefixBreakers {
     uint32_t team_generation = 0;
     std::string_view system_prompt;  // fingerprint; empty: none
     std::span<const int32_t> ids;    // the prompt
-    const openai::PromptLayout* layout = nullptr;  // its messages and parts (required)
+    const openai::PromptLayout* layout = nullptr;  // its messages and parts, in tokens (required)
     billing::Rates rates;            // the request's prices
   };
   // Compares the request with the key's previous one (above), records a

@@ -78,7 +78,9 @@ struct Encoded {
 Encoded encode(const openai::ChatPrompt& p) {
   auto r = encoder().encodeChat(p, "messages");
   EXPECT_TRUE(static_cast<bool>(r));
-  return {r->ids, r->layout};
+  // In tokens, as the gateway's plans carry it.
+  static const openai::TokenLengths lengths(tokenizer());
+  return {r->ids, openai::inTokens(r->layout, lengths, r->ids)};
 }
 
 size_t firstDifference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
