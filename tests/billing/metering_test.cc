@@ -30,11 +30,11 @@ ChoiceUsage usage(int64_t hit, int64_t miss, int64_t output) {
   return ChoiceUsage{hit + miss, hit, 0, miss, output};
 }
 ChoiceResult completed(ChoiceUsage u, std::string reason = "stop") {
-  return ChoiceResult{ChoiceEnd::kCompleted, std::move(reason), u, 0.01};
+  return ChoiceResult{ChoiceEnd::kCompleted, std::move(reason), u, 0.01, {}};
 }
-ChoiceResult cancelled(ChoiceUsage u) { return ChoiceResult{ChoiceEnd::kCancelled, "cancelled", u, 0.01}; }
-ChoiceResult failed(ChoiceUsage u) { return ChoiceResult{ChoiceEnd::kFailed, "error", u, 0.01}; }
-ChoiceResult refused() { return ChoiceResult{ChoiceEnd::kRefused, "refused:queue_timeout", {}, -1}; }
+ChoiceResult cancelled(ChoiceUsage u) { return ChoiceResult{ChoiceEnd::kCancelled, "cancelled", u, 0.01, {}}; }
+ChoiceResult failed(ChoiceUsage u) { return ChoiceResult{ChoiceEnd::kFailed, "error", u, 0.01, {}}; }
+ChoiceResult refused() { return ChoiceResult{ChoiceEnd::kRefused, "refused:queue_timeout", {}, -1, {}}; }
 
 // ------------------------------------------------------ the pure rules
 
