@@ -58,6 +58,10 @@ struct MrcTierStats {
   bool present = false;           // the tier exists and its curve is kept
   uint64_t today_blocks = 0;      // the tier's size today, in blocks (tier 0: the pool or its budget; disk: the cap)
   uint64_t block_bytes = 0;       // bytes of one block on the tier
+  int32_t block_tokens = 0;       // tokens of one block (a hit on it saves that many computed tokens)
+  // Milliseconds the curve has counted for (it starts with the cache): the
+  // accesses over this are the traffic per unit of time the curve saw.
+  int64_t counted_ms = 0;
   double sampling_rate = 0;       // SHARDS' current rate R
   double reliable_from_blocks = 0;  // sizes below are estimated from fewer than 512 sampled keys (0: exact; inf: none yet)
   uint64_t accesses = 0;          // block accesses seen by the curve

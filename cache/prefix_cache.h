@@ -432,6 +432,7 @@ class PrefixCache final : public CacheMetricsSource {
   std::unique_ptr<MissRatioCurve> mrc_disk_;
   uint64_t mrc_tier0_blocks_ = 0;  // today's sizes, in blocks
   uint64_t mrc_disk_blocks_ = 0;
+  int64_t mrc_started_ms_ = 0;     // steadyMillis() when the curves started counting
   EvictedBlocks evicted_;                 // its own lock
   std::vector<Digest> prior_identities_;  // fixed by create()
   DiskReports disk_reports_{*this};

@@ -23,6 +23,7 @@ double autoRate(uint64_t today_blocks) {
 
 void PrefixCache::setUpCurves() {
   if (!options_.mrc_enabled) return;
+  mrc_started_ms_ = steadyMillis();
   mrc_tier0_blocks_ = static_cast<uint64_t>(allocator_.capacity());
   if (options_.tier0_budget_bytes > 0 && block_bytes_ > 0) {
     mrc_tier0_blocks_ = std::min<uint64_t>(mrc_tier0_blocks_, options_.tier0_budget_bytes / block_bytes_);
@@ -67,6 +68,8 @@ MrcTierStats PrefixCache::curveStats(const MissRatioCurve& curve, uint64_t today
   t.present = true;
   t.today_blocks = today_blocks;
   t.block_bytes = block_bytes;
+  t.block_tokens = block_tokens_;
+  t.counted_ms = std::max<int64_t>(0, steadyMillis() - mrc_started_ms_);
   t.sampling_rate = snap.sampling_rate;
   t.reliable_from_blocks = snap.reliable_from_blocks;
   t.accesses = snap.accesses;

@@ -27,7 +27,21 @@
 #             instead (the bench preset, whose replies run to max_tokens: decode
 #             at batch 16 throughout; the demo preset's replies end early);
 #             KV_TURNS: turns per session (12).
-# Usage: scripts/bench-gateway.sh [models] [overhead] [alone] [agent] [redis] [kvevents]   (default: all but redis and kvevents)
+#   insights: what the cache insights cost (issue 25: at most 2% of the
+#             gateway's overhead p50): instant_gateway with the miss-ratio
+#             curves and the eviction record on (the defaults) and off
+#             (cache.mrc_max_samples=0, cache.evicted_blocks_tracked=0; the
+#             per-request miss classification always runs), alternated ROUNDS
+#             times at INSIGHTS_CONNECTIONS (1: requests do not queue behind
+#             each other, so the medians are the gateway's own cost), each
+#             request's prompt INSIGHTS_PROMPT_WORDS (1000) words after its
+#             own opening, so that all of its 16 full blocks miss, are
+#             classified and reach the curves (and evictions fill the record); the
+#             medians of the overhead p50, of the client's latency p50 (the
+#             lookup, where the insights run, is inside Server-Timing's total,
+#             so only the latency holds them) and of the throughput, and their
+#             on/off ratios.
+# Usage: scripts/bench-gateway.sh [models] [overhead] [alone] [agent] [redis] [kvevents] [insights]   (default: all but redis, kvevents and insights)
 # Env: LG_BUILD_DIR (build/), LG_BENCH_MODEL (the bench preset, made in
 # /tmp/lg-bench if missing), ROUNDS (3), SECONDS_EACH (10), LG_BENCH_TMP (/tmp:
 # where the servers' data directories go; /dev/shm puts the ledger on tmpfs).
@@ -193,6 +207,41 @@ while True:
   off_tps=$(median <"$work/off.tps"); on_tps=$(median <"$work/on.tps")
   echo "kv_events: output tokens/s median without $off_tps, with $on_tps: with/without = $(python3 -c "print(f'{$on_tps/$off_tps:.4f}')") ($rounds rounds)"
   unset LATENTGATE_CACHE_KV_EVENTS_ENDPOINT LATENTGATE_CACHE_KV_EVENTS_BIND
+fi
+
+if [[ " $what " == *" insights "* ]]; then
+  ins_conns=${INSIGHTS_CONNECTIONS:-1}
+  for mode in on off; do for m in p50 lat rps; do : >"$work/ins-$mode.$m"; done; done
+  for r in $(seq 1 "$rounds"); do
+    for mode in on off; do
+      if [[ $mode == off ]]; then
+        export LATENTGATE_CACHE_MRC_MAX_SAMPLES=0 LATENTGATE_CACHE_EVICTED_BLOCKS_TRACKED=0
+      else
+        unset LATENTGATE_CACHE_MRC_MAX_SAMPLES LATENTGATE_CACHE_EVICTED_BLOCKS_TRACKED
+      fi
+      LG_SERVER=instant start_server "insights-$mode-$r"
+      line=$("$bench" --mode overhead --port "$port" --key "$key" --ca "$ca" --connections "$ins_conns" --seconds "$secs" \
+               --prompt-words "${INSIGHTS_PROMPT_WORDS:-1000}" --label "insights_${mode}_$r")
+      echo "$line"
+      python3 -c 'import json, sys; print(json.loads(sys.argv[1])["overhead_ms"]["p50"])' "$line" >>"$work/ins-$mode.p50"
+      python3 -c 'import json, sys; print(json.loads(sys.argv[1])["latency_ms"]["p50"])' "$line" >>"$work/ins-$mode.lat"
+      python3 -c 'import json, sys; print(json.loads(sys.argv[1])["requests_per_s"])' "$line" >>"$work/ins-$mode.rps"
+      # The curves are on: they heard the requests (and off: there are none).
+      curl -sf --cacert "$ca" "$url/metrics" -H "Authorization: Bearer $admin" | grep -E '^latentgate_cache_mrc_(accesses_total|memory_bytes)' | sed "s/^/  $mode: /" || true
+      kill "${pids[-1]}" 2>/dev/null || true; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+    done
+  done
+  unset LATENTGATE_CACHE_MRC_MAX_SAMPLES LATENTGATE_CACHE_EVICTED_BLOCKS_TRACKED
+  python3 - "$work" "$ins_conns" "$secs" "$rounds" <<'PY'
+import json, statistics, sys
+work, conns, secs, rounds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+def med(mode, m): return statistics.median(float(x) for x in open(f"{work}/ins-{mode}.{m}") if x.strip())
+out = {'bench': 'cache_insights', 'connections': conns, 'seconds': secs, 'rounds': rounds}
+for m, name in (('p50', 'overhead_p50_ms'), ('lat', 'latency_p50_ms'), ('rps', 'requests_per_s')):
+    on, off = med('on', m), med('off', m)
+    out[name + '_on'], out[name + '_off'], out[name + '_on_over_off'] = on, off, round(on / off, 4) if off else None
+print(json.dumps(out))
+PY
 fi
 
 if [[ " $what " == *" redis "* ]]; then

@@ -7,8 +7,11 @@
 //     (request written to response read) minus the engine's time from the
 //     response's Server-Timing `total` (submit to final event) is what the
 //     gateway adds: TLS, HTTP, JSON, template rendering, tokenizing, handing
-//     events between threads, building the response. Reports its percentiles,
-//     and billing's part of it: Server-Timing `ledger` is the wait from the
+//     events between threads, building the response. --prompt-words W puts W
+//     words after each request's own opening, so that every request misses
+//     on about W / 64 full blocks of 64 tokens (a word is about a token;
+//     without it no prompt fills a block). Reports its percentiles, and
+//     billing's part of it: Server-Timing `ledger` is the wait from the
 //     final event to the request's ledger entry being synced (group commit),
 //     the one step billing adds to a response's path (docs/billing.md).
 //   --mode agent: N concurrent sessions of T turns each, like a coding agent:
@@ -84,6 +87,7 @@ struct Args {
   int system_words = 1500;
   int turn_words = 60;
   int reply_tokens = 32;
+  int prompt_words = 0;     // overhead: words after each request's own opening
   std::string replies_out;  // agent: where to write every reply (JSON), to compare runs
 };
 
@@ -130,6 +134,8 @@ http::request<http::string_body> post(const Args& args, const std::string& key, 
 
 // ------------------------------------------------------------------ overhead
 
+std::string words(std::mt19937& rng, int n);
+
 struct OverheadStats {
   std::vector<double> latency_ms, engine_ms, overhead_ms, ledger_ms, ledger_share;
   int errors = 0;
@@ -141,13 +147,15 @@ awaitable<void> overheadConnection(asio::ssl::context& tls, const Args& args, in
   try {
     co_await connect(stream, args, args.port);
     beast::flat_buffer buffer;
+    std::mt19937 rng(static_cast<uint32_t>(index));
+    const std::string filler = args.prompt_words > 0 ? " " + words(rng, args.prompt_words) : "";
     for (int n = 0; Clock::now() < end; ++n) {
-      // A different short prompt each time, so that no request is a pure cache hit.
+      // A different prompt each time (its opening), so that no request is a pure cache hit.
       const json body = {{"model", args.model},
                          {"max_tokens", 1},
                          {"temperature", 0},
                          {"messages", {{{"role", "user"}, {"content", "conn " + std::to_string(index) + " request " +
-                                                                          std::to_string(n) + ": hello"}}}}};
+                                                                          std::to_string(n) + ": hello" + filler}}}}};
       auto req = post(args, args.key, "/v1/chat/completions", body.dump());
       const auto t0 = Clock::now();
       co_await http::async_write(stream, req, use_awaitable);
@@ -577,6 +585,8 @@ int main(int argc, char** argv) {
   app.add_option("--label", args.label, "Label copied into the output");
   app.add_option("--connections", args.connections, "overhead: concurrent keep-alive connections (default 64)");
   app.add_option("--seconds", args.seconds, "overhead: how long (default 10)");
+  app.add_option("--prompt-words", args.prompt_words,
+                 "overhead: words after each request's own opening, so that its blocks miss (default 0)");
   app.add_option("--sessions", args.sessions, "agent: concurrent sessions (default 3)");
   app.add_option("--turns", args.turns, "agent: turns per session (default 4)");
   app.add_option("--system-words", args.system_words, "agent: system prompt words (default 1500)");

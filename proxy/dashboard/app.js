@@ -222,6 +222,7 @@
     $('memory').replaceChildren(...(o.memory ? memoryPicture(o.memory) : []));
     $('curves-panel').hidden = !o.cache_curves;
     $('curves').replaceChildren(...(o.cache_curves ? o.cache_curves.map(curveChart) : []));
+    $('curves-prices').textContent = o.cache_curve_prices ? curvePricesText(o.cache_curve_prices) : '';
     keysTable(o);
     $('teams-panel').hidden = !o.teams;
     $('teams-table').replaceChildren(...(o.teams ? teamsTable(o.teams) : []));
@@ -443,9 +444,11 @@
     if (firstReliable >= 0) line(c.points.slice(firstReliable), 'curve-line');
     for (const p of c.points) {
       node.append(titled(svg('circle', { cx: xOf(p.size_factor), cy: yOf(p.hit_ratio), r: 2.5,
-                                         class: p.reliable ? 'curve-dot' : 'curve-dot faint' }),
+                                         class: p.reliable ? 'curve-dot' : 'curve-dot faint',
+                                         'data-savings': p.savings_per_day }),
                          int(p.blocks) + ' blocks (' + bytes(p.bytes) + '): ' + (100 * p.hit_ratio).toFixed(1) + '%' +
-                         (p.reliable ? '' : ' (few samples)')));
+                         (p.reliable ? '' : ' (few samples)') + ' · ' + signedTokens(p.extra_hit_tokens_per_day) +
+                         ' hit tokens a day, ' + signedMoney(p.savings_per_day) + ' a day'));
     }
     const x1 = xOf(1);
     node.append(svg('line', { x1, x2: x1, y1: PLOT.top, y2: PLOT.top + h, class: 'today', 'data-testid': 'today-' + c.tier }));
@@ -456,7 +459,45 @@
       (100 * c.sampling_rate).toPrecision(2) + '%' +
       (two ? ' · at 2x: ' + (100 * two.hit_ratio).toFixed(1) + '%' : '') +
       (c.reliable_from_blocks === null ? ' · too few samples yet' : '');
-    return el('figure', { class: 'panel' }, el('figcaption', { text: caption }), node);
+    const worth = [2, 0.5].map((f) => curveWorth(c, f)).filter((w) => w);
+    return el('figure', { class: 'panel' }, el('figcaption', { text: caption }), node, ...worth);
+  }
+
+  // Rates are pico-dollars a token, which is micro-dollars per 1M tokens.
+  function curvePricesText(p) {
+    const perMillion = (r) => moneyText(String(r / 1e6));
+    return 'Priced at ' + p.model + '\'s rates in force now: ' + perMillion(p.rates.input_cache_hit) +
+      ' per 1M tokens read from the cache instead of ' + perMillion(p.rates.input_cache_miss) +
+      ' computed; a day is the curve\'s block accesses since the gateway started, scaled to 24 hours.';
+  }
+
+  const signedTokens = (n) => (n > 0 ? '+' : '') + int(n);
+  function signedMoney(exact) {
+    const v = Number(exact);
+    return (v < 0 ? '-' : v > 0 ? '+' : '') + moneyText(exact.replace(/^-/, ''));
+  }
+
+  // What `factor` x the tier would have been worth, in words: the hit ratio
+  // there against today's, and savings_per_day (an exact dollar string;
+  // negative: what the smaller tier would have cost) at the served model's
+  // rates in force now.
+  function curveWorth(c, factor) {
+    const p = c.points.find((q) => Math.abs(q.size_factor - factor) < 1e-9);
+    if (!p) return null;
+    const tier = c.tier === 'tier0' ? 'the latent pool (tier 0)' : 'the disk tier';
+    const pct = (r) => (100 * r).toFixed(1) + '%';
+    const v = Number(p.savings_per_day);
+    const amount = moneyText(p.savings_per_day.replace(/^-/, ''));
+    const money = v > 0 ? 'saving about ' + amount + ' a day' : v < 0 ? 'costing about ' + amount + ' a day more' : 'no change in cost';
+    let caveat = '';
+    if (!p.savings_reliable) {
+      caveat = c.counted_seconds < 3600 ? ' (extrapolated from ' + Math.max(1, Math.round(c.counted_seconds / 60)) +
+        ' min of traffic)' : ' (few samples)';
+    }
+    return el('p', { class: 'curve-worth', 'data-testid': 'curve-worth-' + c.tier + '-' + factor,
+                     'data-savings': p.savings_per_day, 'data-reliable': String(p.savings_reliable),
+                     text: 'With ' + factor + 'x ' + tier + ': ' + pct(p.hit_ratio) + ' instead of ' +
+                       pct(c.hit_ratio_today) + ' of block accesses, ' + money + ' at current prices' + caveat });
   }
 
   // Column names; a leading '#' marks a numeric (right-aligned) column.

@@ -651,8 +651,14 @@ Result<std::string> Dashboard::overviewJson(const DashboardViewer& viewer, std::
   // What more cache would buy (the admin's: a curve is every team's traffic
   // together), as GET /admin/cache/mrc answers it.
   if (admin && memory_.cache != nullptr) {
-    json curves = json::parse(missRatioCurvesJson(memory_.cache->missRatioCurves()))["tiers"];
-    if (!curves.empty()) out["cache_curves"] = std::move(curves);
+    // Priced as a request arriving now is (admission's system clock; the
+    // options' clock is the sessions').
+    json curves = json::parse(missRatioCurvesJson(memory_.cache->missRatioCurves(),
+                                                  curvePricesAt(admission_, options_.served_model, unixMicros())));
+    if (!curves["tiers"].empty()) {
+      out["cache_curves"] = std::move(curves["tiers"]);
+      out["cache_curve_prices"] = std::move(curves["prices"]);
+    }
   }
   return openai::jsonText(out);
 }

@@ -67,6 +67,9 @@ struct DashboardOptions {
   bool rate_limits_shared = false;
   // Unix microseconds now; null: the system clock (tests move it to expire sessions).
   std::function<int64_t()> clock_us;
+  // The model the gateway serves, as prices name it: the cache curves'
+  // savings are priced at its rates in force now.
+  std::string served_model;
 };
 
 // What the memory picture is read from: the same snapshots /metrics reads

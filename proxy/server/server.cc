@@ -387,7 +387,7 @@ Status Server::Parts::build() {
     for (const cache::SharedGrant& g : grants) o.namespaces.push_back(g.shared);
     shared_prefixes = std::make_unique<SharedPrefixPublisher>(o, *generation, *engine.cache, *encoder, *admission);
   }
-  cache_curves = std::make_unique<CacheCurvesApi>(engine.cache, *admission);
+  cache_curves = std::make_unique<CacheCurvesApi>(engine.cache, *admission, engine.model_id);
   prefix_breakers_api = std::make_unique<PrefixBreakersApi>(*prefix_breakers, *snippet_consents, *keys, *admission);
   // The dashboard: the ledger's numbers as the usage API shows them, the
   // budgets, the limits' buckets, and the memory picture /metrics reads.
@@ -399,6 +399,7 @@ Status Server::Parts::build() {
   dashboard_options.sign_in_failures_per_minute = config.server.dashboard_sign_in_failures_per_minute;
   dashboard_options.sign_ins_per_key_per_minute = config.server.dashboard_sign_ins_per_key_per_minute;
   dashboard_options.rate_limits_shared = redis_limits != nullptr;
+  dashboard_options.served_model = engine.model_id;
   dashboard = std::make_unique<Dashboard>(*reads, *keys, *admission, budget_view, rate_limiter.get(),
                                           DashboardMemorySources{scheduler.get(), engine.cache, memory},
                                           dashboard_options);

@@ -22,6 +22,7 @@
 #include "billing/prices.h"
 #include "common/unix_time.h"
 #include "proxy/admin/budget_api.h"
+#include "proxy/admin/cache_curves.h"
 #include "proxy/dashboard/dashboard.h"
 #include "serving/serving_metrics.h"
 #include "tests/integration/curl_client.h"
@@ -647,6 +648,25 @@ TEST_F(DashboardCurvesTest, CacheCurvesAreTheAdminsOnly) {
   EXPECT_EQ(t0["points"][16]["size_factor"], 1.0);
   EXPECT_EQ(t0["points"][16]["blocks"], 256);
   EXPECT_EQ(t0["points"][16]["bytes"], 256 * block);
+  // What each size is worth: the served model at its rates now. The
+  // prompt's blocks fit in 1/16x today's size, so every size hits the same
+  // half and none is worth a token or a dollar more; the day is extrapolated
+  // from seconds, so no saving is reliable.
+  EXPECT_EQ(mrc["prices"]["model"], "demo");
+  const billing::Rates now = server().prices().at("demo", unixMicros()).rates;
+  EXPECT_EQ(mrc["prices"]["rates"]["input_cache_hit"], now.input_cache_hit);
+  EXPECT_EQ(mrc["prices"]["rates"]["input_cache_miss"], now.input_cache_miss);
+  EXPECT_EQ(t0["block_tokens"], harness_->backend().latentLayout().block_tokens);
+  const double counted_seconds = t0["counted_seconds"].get<double>();
+  ASSERT_GT(counted_seconds, 0);
+  EXPECT_LT(counted_seconds, kMinCountedMsForSavings / 1000);
+  EXPECT_NEAR(t0["accesses_per_day"].get<double>(), t0["accesses"].get<double>() * 86'400 / counted_seconds,
+              t0["accesses_per_day"].get<double>() * 1e-9 + 1);
+  for (const json& p : t0["points"]) {
+    EXPECT_EQ(p["extra_hit_tokens_per_day"], 0) << p.dump();
+    EXPECT_EQ(p["savings_per_day"], "0") << p.dump();
+    EXPECT_EQ(p["savings_reliable"], false) << p.dump();
+  }
 
   // Admin key only.
   EXPECT_EQ(curl("GET", "/admin/cache/mrc", {"-H", "Authorization: Bearer " + secrets_["alice"]}).status, 401);
@@ -655,9 +675,16 @@ TEST_F(DashboardCurvesTest, CacheCurvesAreTheAdminsOnly) {
   // The dashboard: the admin's overview carries the same curves, a team's none.
   const json admin_view = overview(sessionFor(admin_key_)).parsed();
   ASSERT_TRUE(admin_view.contains("cache_curves")) << admin_view.dump();
-  EXPECT_EQ(admin_view["cache_curves"], mrc["tiers"]);
+  // Read later: only the time counted (and the traffic per day over it) moved.
+  auto withoutTheClock = [](json tiers) {
+    for (json& t : tiers) t.erase("counted_seconds"), t.erase("accesses_per_day");
+    return tiers;
+  };
+  EXPECT_EQ(withoutTheClock(admin_view["cache_curves"]), withoutTheClock(mrc["tiers"]));
+  EXPECT_EQ(admin_view["cache_curve_prices"], mrc["prices"]);
   const json team_view = overview(sessionFor(secrets_["alice"])).parsed();
   EXPECT_FALSE(team_view.contains("cache_curves"));
+  EXPECT_FALSE(team_view.contains("cache_curve_prices"));
 
   // /metrics: the gauges at 0.5x .. 8x today's size.
   const Reply m = curl("GET", "/metrics", {"-H", "Authorization: Bearer " + admin_key_});

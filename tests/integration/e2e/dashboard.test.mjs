@@ -261,7 +261,16 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   assert.ok(mrc.tiers.length >= 1 && mrc.tiers[0].tier === 'tier0', JSON.stringify(mrc));
   assert.ok(mrc.tiers[0].accesses > 0, 'the requests reached the curve');
   assert.ok(await page.isVisible('#curves-panel'));
-  assert.deepEqual(o.cache_curves, mrc.tiers);
+  // Read a moment apart: only the time counted, and the per-day figures over it, may move.
+  const withoutTheClock = (tiers) => tiers.map(({ counted_seconds, accesses_per_day, ...t }) => ({
+    ...t, points: t.points.map(({ extra_hit_tokens_per_day, savings_per_day, ...p }) => p) }));
+  assert.deepEqual(withoutTheClock(o.cache_curves), withoutTheClock(mrc.tiers));
+  assert.deepEqual(o.cache_curve_prices, mrc.prices);
+  const perMillion = (rate) => '$' + String(rate / 1e6);
+  const pricesText = await page.textContent('[data-testid=cache-curve-prices]');
+  assert.ok(pricesText.includes(`Priced at ${mrc.prices.model}'s rates in force now: ` +
+                                `${perMillion(mrc.prices.rates.input_cache_hit)} per 1M tokens read from the cache instead of ` +
+                                `${perMillion(mrc.prices.rates.input_cache_miss)} computed`), pricesText);
   for (const tier of mrc.tiers) {
     const chart = `[data-testid=curve-${tier.tier}]`;
     assert.equal(Number(await attr(chart, 'data-size-blocks')), tier.size_blocks);
@@ -269,6 +278,25 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
     assert.equal(Number(await attr(chart, 'data-points')), tier.points.length);
     assert.equal(await page.locator(`[data-testid=today-${tier.tier}]`).count(), 1);
     assert.equal(await page.locator(`${chart} circle`).count(), tier.points.length);
+    // What 2x and half the tier would have been worth, in words: the hit ratios as the curve has them, a
+    // saving where the larger size hits more (a cost where the smaller hits less), and, minutes into the
+    // run, marked an extrapolation.
+    const name = tier.tier === 'tier0' ? 'the latent pool (tier 0)' : 'the disk tier';
+    const pct = (r) => (100 * r).toFixed(1) + '%';
+    for (const factor of [2, 0.5]) {
+      const point = tier.points.find((p) => Math.abs(p.size_factor - factor) < 1e-9);
+      const worth = `[data-testid="curve-worth-${tier.tier}-${factor}"]`;
+      const text = await page.textContent(worth);
+      assert.ok(text.startsWith(`With ${factor}x ${name}: ${pct(point.hit_ratio)} instead of ${pct(tier.hit_ratio_today)} ` +
+                                'of block accesses, '), text);
+      const saved = Number(await attr(worth, 'data-savings'));
+      const wording = saved > 0 ? /saving about \$[\d.,]+ a day at current prices/
+        : saved < 0 ? /costing about \$[\d.,]+ a day more at current prices/ : /no change in cost at current prices/;
+      assert.match(text, wording);
+      assert.equal(Math.sign(saved), Math.sign(point.extra_hit_tokens_per_day), text);
+      assert.equal(await attr(worth, 'data-reliable'), 'false');
+      assert.match(text, /\(extrapolated from \d+ min of traffic\)$/);
+    }
   }
   // Prompts that break their own prefix: alpha's bot, at message 0 of its
   // system prompt, as /admin/cache/prefix-breakers answers.
@@ -337,7 +365,7 @@ test('the admin signs in and the dashboard shows /admin/usage\'s numbers; a team
   }
   const t = JSON.parse(teamView.body);
   assert.equal(t.viewer.team, 'dash-alpha');
-  assert.ok(!('teams' in t) && !('memory' in t) && !('cache_curves' in t));
+  assert.ok(!('teams' in t) && !('memory' in t) && !('cache_curves' in t) && !('cache_curve_prices' in t));
   assert.deepEqual(t.keys.map((k) => k.key_id).sort(), [keys['alpha-lead'].id, keys['alpha-bot'].id].sort());
   assert.ok(await page.isHidden('#teams-panel') && await page.isHidden('#memory-panel') &&
             await page.isHidden('#curves-panel'));
