@@ -285,6 +285,9 @@ TEST(KvEventPublisherTest, SequenceZeroClearsReplayAnswersAndChainsMerge) {
     pub->blockStored(BlockTier::kPool, k2, &k1, t2);
     pub->blockRemoved(BlockTier::kDisk, k2);
     got = recvMultipart(sub, 100);
+    // Sequence 0 itself arrives live when the subscription reached the
+    // publisher before its thread sent it: not what this part checks.
+    while (got.size() == 3 && got[1] == sequenceFrame(0)) got = recvMultipart(sub, 100);
   }
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0], o.topic);
