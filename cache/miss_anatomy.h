@@ -26,11 +26,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
-#include <unordered_map>
 
 #include "cache/block_events.h"
 #include "cache/fingerprint.h"
@@ -58,9 +58,18 @@ struct LookupMisses {
 // The most recent evictions, by block key: which tier a block left last and
 // when. Bounded: past `capacity` keys the oldest evictions are forgotten (a
 // block evicted longer ago then reads as new).
+//
+// Recording runs for every block the pool evicts, under no lock of the
+// cache's but its own, so it allocates nothing: an open-addressing table
+// (linear probing, deletion by backward shift) of at least twice as many
+// slots as keys, and a ring of the keys in the order they were recorded. The
+// memory is taken at construction with calloc, so untouched pages cost
+// nothing until evictions reach them.
 class EvictedBlocks {
  public:
-  explicit EvictedBlocks(size_t capacity) : capacity_(capacity) {}
+  explicit EvictedBlocks(size_t capacity);
+  EvictedBlocks(const EvictedBlocks&) = delete;
+  EvictedBlocks& operator=(const EvictedBlocks&) = delete;
   struct Eviction {
     BlockTier tier = BlockTier::kPool;
     int64_t at_ms = 0;  // steady clock, milliseconds
@@ -69,25 +78,38 @@ class EvictedBlocks {
   std::optional<Eviction> find(const Digest& key) const;
   size_t size() const;
   size_t capacity() const { return capacity_; }
-  // What one remembered eviction may cost: a hash node with its allocation,
-  // its bucket and its places in the order (65 bytes measured at 100,000 keys
-  // after churn: EvictedBlocksTest in tests/cache/prefix_cache_test.cc).
-  static constexpr size_t kBytesPerKey = 80;
+  // What one remembered eviction may cost: 2 to 4 table slots of 24 bytes
+  // and its place in the ring (56 bytes at the default capacity; checked in
+  // EvictedBlocksTest, tests/cache/prefix_cache_test.cc).
+  static constexpr size_t kBytesPerKey = 104;
 
  private:
   struct Slot {
-    Eviction eviction;
-    uint64_t seq = 0;  // which entry of order_ is its latest
+    uint64_t key = 0;     // 0: empty (a key of 0 is stored as 1)
+    int64_t at_ms = 0;
+    uint32_t place = 0;   // its latest record's place in the ring
+    BlockTier tier = BlockTier::kPool;
   };
-  // 64 bits of a SHA-256 chain key: two blocks share them with probability
-  // ~n/2^64, and a clash only misnames a miss's cause.
-  static uint64_t shortKey(const Digest& key) { return DigestHash{}(key); }
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  // 64 bits of a SHA-256 chain key, already uniform: two blocks share them
+  // with probability ~n/2^64, and a clash only misnames a miss's cause.
+  static uint64_t shortKey(const Digest& key) {
+    const uint64_t k = DigestHash{}(key);
+    return k == 0 ? 1 : k;
+  }
+  size_t slotOf(uint64_t key) const;  // its slot, or the empty one that ends its probe
+  void eraseSlot(size_t at);          // backward shift: no tombstones
 
   const size_t capacity_;
+  size_t mask_ = 0;  // table slots - 1
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Slot> slots_;         // guarded by mu_
-  std::deque<std::pair<uint64_t, uint64_t>> order_;  // guarded by mu_: (key, seq), oldest first
-  uint64_t next_seq_ = 0;                            // guarded by mu_
+  std::unique_ptr<Slot[], Free> table_;    // guarded by mu_
+  std::unique_ptr<uint64_t[], Free> ring_;  // guarded by mu_: keys in record order
+  size_t next_ = 0;                         // guarded by mu_: the ring's next place (its oldest once full)
+  size_t recorded_ = 0;                     // guarded by mu_: places used, up to capacity_
+  size_t size_ = 0;                         // guarded by mu_: keys in the table
 };
 
 }  // namespace lg::cache

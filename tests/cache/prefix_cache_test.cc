@@ -253,14 +253,32 @@ TEST(EvictedBlocksTest, RemembersTheMostRecentEvictionsWithinItsBound) {
   none.record(sha256("k"), BlockTier::kPool, 1);
   EXPECT_FALSE(none.find(sha256("k")).has_value());
 
-  // The memory bound, measured: the heap a full record holds per key.
-  constexpr size_t kKeys = 100000;
-  const size_t before = mallinfo2().uordblks;
-  {
-    EvictedBlocks full(kKeys);
-    for (size_t i = 0; i < 3 * kKeys; ++i) full.record(sha256(std::to_string(i)), BlockTier::kPool, 1);
-    const size_t per_key = (mallinfo2().uordblks - before) / kKeys;
-    EXPECT_LE(per_key, EvictedBlocks::kBytesPerKey) << per_key;
+  // Many keys through a small table: every key the ring still holds is
+  // found, with its latest record, and none it dropped.
+  EvictedBlocks churn(1000);
+  for (int i = 0; i < 5000; ++i) churn.record(sha256("c" + std::to_string(i % 2500)), BlockTier::kPool, i);
+  EXPECT_EQ(churn.size(), 1000u);
+  for (int i = 0; i < 2500; ++i) {
+    const auto found = churn.find(sha256("c" + std::to_string(i)));
+    EXPECT_EQ(found.has_value(), i >= 1500) << i;
+    if (found) {
+      EXPECT_EQ(found->at_ms, 2500 + i) << i;
+    }
+  }
+
+  // The memory bound, measured: the heap (mapped chunks included) a full
+  // record holds per key.
+  for (size_t keys : {size_t{100000}, size_t{262144}}) {
+    const auto heap = [] { return mallinfo2().uordblks + mallinfo2().hblkhd; };
+    const size_t before = heap();
+    EvictedBlocks full(keys);
+    for (size_t i = 0; i < 3 * keys; ++i) full.record(sha256(std::to_string(i)), BlockTier::kPool, 1);
+    EXPECT_EQ(full.size(), keys);
+    const size_t per_key = (heap() - before) / keys;
+    EXPECT_LE(per_key, EvictedBlocks::kBytesPerKey) << keys;
+    if (keys == 262144) {
+      EXPECT_LE(per_key, 56u) << "the default capacity";
+    }
   }
 }
 
