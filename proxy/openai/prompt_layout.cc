@@ -40,34 +40,10 @@ PromptLayout layOut(const ChatPrompt& prompt, std::string_view rendered, std::st
   PromptLayout layout;
   layout.message_end.reserve(prompt.messages.size());
   size_t cursor = 0;
-  bool leading = true;
-  for (size_t i = 0; i < prompt.messages.size(); ++i) {
-    const ChatMessage& m = prompt.messages[i];
-    if (leading && !leadingSystem(m.role)) {
-      leading = false;
-      // The encoder's addendum follows the last system message's content (or
-      // is a system message of its own, found here as well).
-      if (std::optional<size_t> end = endOf(rendered, addendum, cursor)) {
-        const size_t begin = *end - addendum.size();
-        if (!tools_text.empty() && addendum.substr(0, tools_text.size()) == tools_text) {
-          layout.tools_begin = begin;
-          layout.tools_end = begin + tools_text.size();
-        }
-        cursor = *end;
-        if (!layout.message_end.empty()) layout.message_end.back() = cursor;
-      }
-      layout.system_end = cursor;
-    }
-    if (m.role == Role::kAssistant) layout.last_assistant = static_cast<int32_t>(i);
-    // An assistant message's calls follow its content: the part ends after
-    // the last call's arguments.
-    if (std::optional<size_t> end = endOf(rendered, anchorOf(m), cursor)) cursor = *end;
-    for (size_t c = m.content && !m.content->empty() ? 0 : 1; c < m.tool_calls.size(); ++c) {
-      if (std::optional<size_t> end = endOf(rendered, m.tool_calls[c].arguments, cursor)) cursor = *end;
-    }
-    layout.message_end.push_back(cursor);
-  }
-  if (leading) {  // only system messages
+  // Ends the system part once the leading system messages are behind: the
+  // encoder's addendum follows the last one's content (or is a system
+  // message of its own, found here as well), and belongs to it.
+  const auto endSystemPart = [&] {
     if (std::optional<size_t> end = endOf(rendered, addendum, cursor)) {
       const size_t begin = *end - addendum.size();
       if (!tools_text.empty() && addendum.substr(0, tools_text.size()) == tools_text) {
@@ -78,7 +54,24 @@ PromptLayout layOut(const ChatPrompt& prompt, std::string_view rendered, std::st
       if (!layout.message_end.empty()) layout.message_end.back() = cursor;
     }
     layout.system_end = cursor;
+  };
+  bool leading = true;
+  for (size_t i = 0; i < prompt.messages.size(); ++i) {
+    const ChatMessage& m = prompt.messages[i];
+    if (leading && !leadingSystem(m.role)) {
+      leading = false;
+      endSystemPart();
+    }
+    if (m.role == Role::kAssistant) layout.last_assistant = static_cast<int32_t>(i);
+    // An assistant message's calls follow its content: the part ends after
+    // the last call's arguments.
+    if (std::optional<size_t> end = endOf(rendered, anchorOf(m), cursor)) cursor = *end;
+    for (size_t c = m.content && !m.content->empty() ? 0 : 1; c < m.tool_calls.size(); ++c) {
+      if (std::optional<size_t> end = endOf(rendered, m.tool_calls[c].arguments, cursor)) cursor = *end;
+    }
+    layout.message_end.push_back(cursor);
   }
+  if (leading) endSystemPart();  // only system messages
   return layout;
 }
 
@@ -97,12 +90,6 @@ PromptPlace placeOf(const PromptLayout& layout, size_t byte) {
     place.part = PromptPart::kInput;
   }
   return place;
-}
-
-size_t byteOffset(const text::Tokenizer& tokenizer, std::span<const int32_t> ids, size_t position) {
-  size_t bytes = 0;
-  for (size_t i = 0; i < std::min(position, ids.size()); ++i) bytes += tokenizer.tokenBytes(ids[i]).size();
-  return bytes;
 }
 
 TokenLengths::TokenLengths(const text::Tokenizer& tokenizer) {

@@ -18,8 +18,8 @@
 // found verbatim (a template that strips it, say) ends where its search
 // started: the message gets an empty part and the next one absorbs its text.
 //
-// Positions are bytes of the rendered text; a token position becomes a byte
-// by adding the byte lengths of the tokens before it (the ids encode the
+// Positions are bytes of the rendered text; inTokens() turns them into token
+// positions by adding the byte lengths of the tokens (the ids encode the
 // rendered text exactly, generated ids substituted for a kept reply too,
 // proxy/gateway/reply_ids.h).
 //
@@ -70,9 +70,6 @@ PromptLayout layOut(const ChatPrompt& prompt, std::string_view rendered, std::st
                     std::string_view tools_text);
 
 PromptPlace placeOf(const PromptLayout& layout, size_t byte);
-
-// The byte of the rendered text where token `position` of `ids` begins.
-size_t byteOffset(const text::Tokenizer& tokenizer, std::span<const int32_t> ids, size_t position);
 
 // The byte length of every token's text, made once per tokenizer, so that a
 // prompt's token positions map to bytes in one pass of additions.
