@@ -8,35 +8,15 @@
 #include <gtest/gtest.h>
 
 #include "proxy/openai/prompt_encoder.h"
-#include "text/chat/chat_template.h"
+#include "tests/proxy/gateway/deepseek_v3_text.h"
 
 namespace lg::proxy {
 namespace {
 
 using Clock = ReplyIdStore::Clock;
 
-const text::Tokenizer& tokenizer() {
-  static const std::unique_ptr<text::Tokenizer> t = [] {
-    auto r = text::Tokenizer::loadFromDir(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer");
-    EXPECT_TRUE(r.isOk()) << r.status().toString();
-    return std::move(*r);
-  }();
-  return *t;
-}
-
-const text::ChatTemplate& chatTemplate() {
-  static const text::ChatTemplate t = [] {
-    auto r = text::ChatTemplate::loadFromDir(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer");
-    EXPECT_TRUE(r.isOk()) << r.status().toString();
-    return std::move(*r);
-  }();
-  return t;
-}
-
-const openai::PromptEncoder& encoder() {
-  static const openai::PromptEncoder e(chatTemplate(), tokenizer());
-  return e;
-}
+using v3::encoder;
+using v3::tokenizer;
 
 int32_t eos() { return *tokenizer().addedTokenId("<｜end▁of▁sentence｜>"); }
 

@@ -8,19 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/proxy/gateway/deepseek_v3_text.h"
+
 namespace lg::proxy {
 namespace {
 
 using json = nlohmann::json;
 
-const text::Tokenizer& tokenizer() {
-  static const std::unique_ptr<text::Tokenizer> kTokenizer = [] {
-    auto t = text::Tokenizer::loadFromDir(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer");
-    if (!t.isOk()) throw std::runtime_error(t.status().toString());
-    return std::move(t).value();
-  }();
-  return *kTokenizer;
-}
+using v3::tokenizer;
 
 const StructuredOutput& structured() {
   static const StructuredOutput kStructured(tokenizer());
