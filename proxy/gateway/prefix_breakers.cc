@@ -13,9 +13,6 @@
 namespace lg::proxy {
 namespace {
 
-// SipHash-2-4 (Aumasson and Bernstein) of one 16-byte message: a keyed
-// pseudo-random function, so nothing outside the process can tell from a
-// hash which tokens it was made of, nor make a table of tokens' hashes.
 inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 
 struct SipState {
@@ -34,6 +31,8 @@ struct SipState {
   }
 };
 
+}  // namespace
+
 uint64_t sipHash16(const std::array<uint64_t, 2>& key, uint64_t m0, uint64_t m1) {
   SipState s{key[0] ^ 0x736f6d6570736575ULL, key[1] ^ 0x646f72616e646f6dULL, key[0] ^ 0x6c7967656e657261ULL,
              key[1] ^ 0x7465646279746573ULL};
@@ -44,6 +43,8 @@ uint64_t sipHash16(const std::array<uint64_t, 2>& key, uint64_t m0, uint64_t m1)
   for (int i = 0; i < 4; ++i) s.round();
   return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
+
+namespace {
 
 // A kept prompt's and a row's bookkeeping beyond their vectors and strings.
 constexpr uint64_t kPromptOverhead = 96;

@@ -9,36 +9,23 @@
 #include "proxy/gateway/prefix_breakers.h"
 
 #include <gtest/gtest.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
 
 #include "billing/control_plane.h"
 #include "proxy/gateway/snippet_consent.h"
 #include "proxy/openai/prompt_encoder.h"
+#include "tests/proxy/gateway/deepseek_v3_text.h"
 #include "tests/support/temp_dir.h"
-#include "text/chat/chat_template.h"
 
 namespace lg::proxy {
 namespace {
 
 using openai::PromptPart;
 
-const text::Tokenizer& tokenizer() {
-  static const std::unique_ptr<text::Tokenizer> t = [] {
-    auto r = text::Tokenizer::loadFromDir(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer");
-    EXPECT_TRUE(r.isOk()) << r.status().toString();
-    return std::move(*r);
-  }();
-  return *t;
-}
-
-const openai::PromptEncoder& encoder() {
-  static const text::ChatTemplate chat_template = [] {
-    auto r = text::ChatTemplate::loadFromDir(std::string(LG_ASSETS_DIR) + "/deepseek-v3-tokenizer");
-    EXPECT_TRUE(r.isOk()) << r.status().toString();
-    return std::move(*r);
-  }();
-  static const openai::PromptEncoder e(chat_template, tokenizer());
-  return e;
-}
+using v3::encoder;
+using v3::tokenizer;
 
 openai::ChatMessage msg(openai::Role role, std::string content) {
   openai::ChatMessage m;
@@ -381,6 +368,47 @@ TEST(SnippetConsentsTest, AConsentOutlivesARestartBelongsToOneGenerationAndItsWi
   w = (*consents)->withdraw("team-a");
   ASSERT_TRUE(w.isOk());
   EXPECT_FALSE(*w) << "nothing left to withdraw";
+}
+
+// The hand-written SipHash-2-4 equals OpenSSL's (EVP_MAC "SIPHASH", 8-byte
+// output) on keys and messages of every kind, the message being the two
+// words' little-endian bytes and the key likewise.
+TEST(PrefixBreakersHashTest, SipHashEqualsOpenSsls) {
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "SIPHASH", nullptr);
+  ASSERT_NE(mac, nullptr);
+  const auto littleEndian = [](uint64_t v, unsigned char* out) {
+    for (int b = 0; b < 8; ++b) out[b] = static_cast<unsigned char>(v >> (8 * b));
+  };
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  const auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  for (int i = 0; i < 200; ++i) {
+    const std::array<uint64_t, 2> key = {i == 0 ? 0 : next(), i == 0 ? 0 : next()};
+    const uint64_t m0 = i == 1 ? 0 : next(), m1 = i == 1 ? ~uint64_t{0} : next();
+    unsigned char key_bytes[16], message[16], out[8];
+    littleEndian(key[0], key_bytes);
+    littleEndian(key[1], key_bytes + 8);
+    littleEndian(m0, message);
+    littleEndian(m1, message + 8);
+    EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(mac);
+    ASSERT_NE(ctx, nullptr);
+    unsigned int size = 8;
+    const OSSL_PARAM params[] = {OSSL_PARAM_construct_uint(OSSL_MAC_PARAM_SIZE, &size), OSSL_PARAM_construct_end()};
+    size_t written = 0;
+    ASSERT_EQ(EVP_MAC_init(ctx, key_bytes, sizeof key_bytes, params), 1);
+    ASSERT_EQ(EVP_MAC_update(ctx, message, sizeof message), 1);
+    ASSERT_EQ(EVP_MAC_final(ctx, out, &written, sizeof out), 1);
+    EVP_MAC_CTX_free(ctx);
+    ASSERT_EQ(written, 8u);
+    uint64_t want = 0;
+    for (int b = 7; b >= 0; --b) want = (want << 8) | out[b];
+    EXPECT_EQ(sipHash16(key, m0, m1), want) << i;
+  }
+  EVP_MAC_free(mac);
 }
 
 }  // namespace
