@@ -58,9 +58,9 @@ void GenerationMetrics::generationEnded(serving::Clock::time_point received, con
       miss_tokens_[c].fetch_add(static_cast<uint64_t>(miss.tokens_by_cause[c]), std::memory_order_relaxed);
     }
   }
-  for (size_t t = 0; t < 2; ++t) {
-    const int64_t tokens = int64_t{u.misses.evicted_from[t]} * u.misses.block_tokens;
-    if (tokens > 0) evicted_tokens_[t].fetch_add(static_cast<uint64_t>(tokens), std::memory_order_relaxed);
+  for (size_t tier = 0; tier < 2; ++tier) {
+    const int64_t tokens = int64_t{u.misses.evicted_from[tier]} * u.misses.block_tokens;
+    if (tokens > 0) evicted_tokens_[tier].fetch_add(static_cast<uint64_t>(tokens), std::memory_order_relaxed);
   }
   first_misses_[static_cast<size_t>(miss.first_miss_region)][static_cast<size_t>(miss.first_miss_cause)].fetch_add(
       1, std::memory_order_relaxed);

@@ -243,7 +243,7 @@ TEST_F(AdmissionTest, IdempotencyKeysAreClaimedReplayedAndRefused) {
   EXPECT_EQ(std::get<Refused>(busy).error.retry_after_s, 1);
   // Completed: the same request again is a replay, another body a 400.
   auto& metered = *std::get<Ticket>(first).metered;
-  EXPECT_TRUE(metered.choiceEnded(0, {billing::ChoiceEnd::kCompleted, "stop", {10, 0, 0, 10, 10}, 0.01}));
+  EXPECT_TRUE(metered.choiceEnded(0, {billing::ChoiceEnd::kCompleted, "stop", {10, 0, 0, 10, 10}, 0.01, {}}));
   std::promise<Status> done;
   metered.commit(R"({"id":"chatcmpl-1"})", "application/json", [&](Status s) { done.set_value(s); });
   ASSERT_TRUE(done.get_future().get().isOk());
