@@ -144,12 +144,13 @@ void DeepSeekOutputParser::beginCall(std::string name, std::vector<OutputPiece>&
   ++calls_;
 }
 
-void DeepSeekOutputParser::endCall(std::string_view args, size_t offset, std::vector<OutputPiece>& out) {
+void DeepSeekOutputParser::endCall(std::string_view args, size_t offset, std::vector<OutputPiece>& out, bool cut) {
   emitText(OutputPiece::Kind::kToolCallArguments, args, offset, out);
   if (!ignoring_call_) {
     OutputPiece piece;
     piece.kind = OutputPiece::Kind::kToolCallEnd;
     piece.tool_index = calls_ - 1;
+    piece.cut = cut;
     out.push_back(std::move(piece));
   }
   ignoring_call_ = false;
@@ -372,11 +373,16 @@ void DeepSeekOutputParser::finish(std::vector<OutputPiece>& out) {
       break;
     case State::kCallFence:
       // Cut inside the fence line ("```js"): the arguments had not begun.
-      endCall("", buf_offset_, out);
+      endCall("", buf_offset_, out, /*cut=*/true);
       break;
-    case State::kCallArgs:
-      endCall(finalArgs(buf_, fenced_), buf_offset_, out);
+    case State::kCallArgs: {
+      // Cut inside the end marker (held back as a possible marker): the
+      // marker's start is not argument text.
+      std::string_view args = buf_;
+      args.remove_suffix(std::max(partialMarker(args, kCallEnd), partialMarker(args, kCallsEnd)));
+      endCall(finalArgs(args, fenced_), buf_offset_, out, /*cut=*/true);
       break;
+    }
     case State::kDone:
       return;
   }

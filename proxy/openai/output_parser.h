@@ -30,7 +30,9 @@
 // the stream ending before the name) is returned as content, markers
 // included. A call whose name was announced stays a call; if the stream ends
 // inside its arguments it ends with what arrived (as OpenAI truncates
-// arguments at the length limit).
+// arguments at the length limit), less the start of an end marker the stream
+// was cut in (a model may spell a marker with several ordinary tokens), and
+// its end piece says it was cut.
 //
 // Not thread-safe: one parser per reply.
 #pragma once
@@ -65,6 +67,7 @@ struct OutputPiece {
   int32_t tool_index = -1;  // tool pieces: the call's index in the reply (0, 1, ...)
   std::string id;           // kToolCallBegin: "call_..."
   std::string name;         // kToolCallBegin
+  bool cut = false;         // kToolCallEnd: the stream ended before the call's end marker (max_tokens, a stop)
 };
 
 class DeepSeekOutputParser {
@@ -101,7 +104,7 @@ class DeepSeekOutputParser {
   void consume(size_t n);                       // drops n bytes from the front of buf_
   void appendRaw(std::string_view text, size_t offset);
   void beginCall(std::string name, std::vector<OutputPiece>& out);
-  void endCall(std::string_view args, size_t offset, std::vector<OutputPiece>& out);
+  void endCall(std::string_view args, size_t offset, std::vector<OutputPiece>& out, bool cut = false);
   void malformed(std::vector<OutputPiece>& out);  // the section so far becomes content
 
   OutputParserOptions options_;

@@ -241,7 +241,7 @@ void ResponsesResponder::apply(const std::vector<OutputPiece>& pieces) {
         break;
       case Kind::kToolCallEnd:
         if ((open_ == ItemKind::kFunctionCall || open_ == ItemKind::kCustomCall) && p.tool_index == open_tool_index_) {
-          closeItem(true);
+          closeItem(!p.cut);  // a call the stream was cut in is "incomplete" (the Responses API's item status)
         }
         break;
     }

@@ -31,7 +31,10 @@ std::string v31Call(const std::string& name, const std::string& args) {
 struct Call {
   std::string id, name, args;
   bool ended = false;
-  bool operator==(const Call& o) const { return name == o.name && args == o.args && ended == o.ended; }
+  bool cut = false;  // ended by the end of the stream, not by its end marker
+  bool operator==(const Call& o) const {
+    return name == o.name && args == o.args && ended == o.ended && cut == o.cut;
+  }
 };
 
 struct Reply {
@@ -44,7 +47,7 @@ struct Reply {
 
 std::ostream& operator<<(std::ostream& os, const Reply& r) {
   os << "{reasoning=[" << r.reasoning << "] content=[" << r.content << "] calls=";
-  for (const Call& c : r.calls) os << "(" << c.name << ", [" << c.args << "]" << (c.ended ? "" : " open") << ")";
+  for (const Call& c : r.calls) os << "(" << c.name << ", [" << c.args << "]" << (c.ended ? "" : " open") << (c.cut ? " cut" : "") << ")";
   return os << "}";
 }
 
@@ -79,6 +82,7 @@ Reply assemble(const std::vector<OutputPiece>& pieces) {
         if (!r.calls.empty()) {
           EXPECT_FALSE(r.calls.back().ended);
           r.calls.back().ended = true;
+          r.calls.back().cut = p.cut;
         }
         break;
     }
@@ -290,14 +294,31 @@ TEST(OutputParser, StreamEndingBeforeTheNameReturnsTheTextAsContent) {
 
 TEST(OutputParser, StreamEndingInTheArgumentsKeepsTheCall) {
   const std::string text = kCallsBegin + kCallBegin + "function" + kSep + "get_weather\n```json\n{\"city\": \"Pa";
-  expectSplitInvariant(text, withTools(), Reply{"", "", {{"", "get_weather", "{\"city\": \"Pa", true}}});
+  expectSplitInvariant(text, withTools(), Reply{"", "", {{"", "get_weather", "{\"city\": \"Pa", true, true}}});
+}
+
+// A model may spell an end marker with several ordinary tokens (a grammar
+// matches the marker's bytes), so max_tokens can cut the stream inside it,
+// even inside one of its UTF-8 characters: the arguments are what came
+// before the marker and its fence, and the call says it was cut.
+TEST(OutputParser, StreamEndingInsideTheEndMarkerLeavesItOutOfTheArguments) {
+  const std::string head = kCallsBegin + kCallBegin + "function" + kSep + "clock\n```json\n{\"zone\": \"x\"}";
+  for (const std::string& marker : {kCallEnd, kCallsEnd}) {
+    for (size_t n = 1; n < marker.size(); ++n) {
+      const std::string text = head + "\n```" + marker.substr(0, n);
+      SCOPED_TRACE(n);
+      expectSplitInvariant(text, withTools(), Reply{"", "", {{"", "clock", "{\"zone\": \"x\"}", true, true}}});
+    }
+  }
+  // Whole, the marker ends the call, which is not cut.
+  expectSplitInvariant(head + "\n```" + kCallEnd, withTools(), Reply{"", "", {{"", "clock", "{\"zone\": \"x\"}", true}}});
 }
 
 TEST(OutputParser, StreamEndingInTheFenceLineKeepsTheCallWithNoArguments) {
   // max_tokens cut the call at "```js": the fence is not its arguments.
   for (const std::string cut : {"`", "```", "```js"}) {
     const std::string text = kCallsBegin + kCallBegin + "function" + kSep + "get_weather\n" + cut;
-    expectSplitInvariant(text, withTools(), Reply{"", "", {{"", "get_weather", "", true}}});
+    expectSplitInvariant(text, withTools(), Reply{"", "", {{"", "get_weather", "", true, true}}});
   }
 }
 

@@ -861,6 +861,27 @@ TEST(ResponsesResponse, LengthIsIncomplete) {
   EXPECT_EQ(response["output"][0]["status"], "incomplete");
 }
 
+
+// max_output_tokens cuts the stream inside a call's end marker (spelled with
+// ordinary tokens, the cut fell inside one of its characters): the calls
+// before it are completed, the cut one is incomplete, and its arguments hold
+// nothing of the marker.
+TEST(ResponsesResponse, ACallCutByTheLengthIsIncompleteAndItsArgumentsEndBeforeTheMarker) {
+  ResponsesResponder r(responsesOptions(false));
+  r.start();
+  const std::string first = kCallBegin + "function" + kSep + "get_weather\n```json\n{\"city\": \"Paris\"}\n```" + kCallEnd;
+  const std::string cut = kCallBegin + "function" + kSep + "get_time\n```json\n{\"zone\": \"UTC\"}\n```" +
+                          kCallEnd.substr(0, std::string("<｜tool").size() + 1);  // inside "▁"
+  r.onEvent(delta(kCallsBegin + first + "\n"));
+  const json body = json::parse(r.onEvent(finalEvent(FinishReason::kLength, usage(5, 0, 0, 40), cut, 20)).body);
+  EXPECT_EQ(body["status"], "incomplete");
+  ASSERT_EQ(body["output"].size(), 2u) << body.dump();
+  EXPECT_EQ(body["output"][0]["status"], "completed");
+  EXPECT_EQ(body["output"][0]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(body["output"][1]["status"], "incomplete");
+  EXPECT_EQ(body["output"][1]["name"], "get_time");
+  EXPECT_EQ(body["output"][1]["arguments"], "{\"zone\": \"UTC\"}");
+}
 TEST(ResponsesResponse, FailureEndsTheStream) {
   ResponsesResponder r(responsesOptions(true));
   StreamEvent refused = finalEvent(FinishReason::kRefused, {});
