@@ -87,6 +87,21 @@ LimitOutcome admitNow(AdmissionLimits& limits, const Principal& who, const std::
 
 bool granted(const LimitOutcome& o) { return std::holds_alternative<LimitGrant>(o); }
 
+// Admission once Redis answers again. After an outage each replica waits
+// out its retry interval (counted from its last failed attempt, which on a
+// loaded machine can land later than a fixed sleep assumes); until then it
+// answers LimitsUnavailable without asking Redis, which changes nothing, so
+// asking again until the deadline is safe.
+LimitOutcome admitOnceRedisAnswers(AdmissionLimits& limits, const Principal& who, const std::string& id,
+                                   std::optional<int64_t> cost, int64_t tokens = 0, int64_t now_s = unixSeconds()) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    LimitOutcome o = admitNow(limits, who, id, cost, tokens, now_s);
+    if (!std::holds_alternative<LimitsUnavailable>(o) || std::chrono::steady_clock::now() > deadline) return o;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // Outcomes kept until the end of a test: a grant's reservation is released
 // when it is destroyed, as a request's is when it ends.
 class Held {
@@ -363,7 +378,12 @@ TEST_F(RedisLimitsTest, ALiveReservationIsRefreshedAndPutBackAfterAFlush) {
   std::this_thread::sleep_for(600ms);  // twice the TTL: only the refresh keeps it
   EXPECT_TRUE(std::holds_alternative<BudgetRefusal>(admitNow(other, alice_, "r2", 1)));
   ASSERT_TRUE(redis_->command({"FLUSHALL"}).isOk());
-  std::this_thread::sleep_for(200ms);  // a refresh puts the reservation back
+  // The next refresh (every 50 ms, later on a loaded machine) puts the
+  // reservation back.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (reservedBy(alice_, BudgetScope::kKey) != "1000" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
   EXPECT_EQ(reservedBy(alice_, BudgetScope::kKey), "1000");
   EXPECT_TRUE(std::holds_alternative<BudgetRefusal>(admitNow(other, alice_, "r3", 1)));
   std::get<LimitGrant>(held).reservation.release();
@@ -485,8 +505,7 @@ TEST_F(RedisLimitsTest, AHungRedisTimesOutAndAdmissionFailsClosedUntilItAnswers)
   EXPECT_EQ(limits.state(), RedisState::kDown);
   EXPECT_TRUE(std::holds_alternative<LimitsUnavailable>(admitNow(limits, alice_, "h3", 10)));
   ASSERT_EQ(::kill(g_redis->pid(), SIGCONT), 0);
-  std::this_thread::sleep_for(350ms);  // past the retry interval
-  LimitOutcome after = admitNow(limits, alice_, "h4", 10);
+  LimitOutcome after = admitOnceRedisAnswers(limits, alice_, "h4", 10);
   EXPECT_TRUE(held.granted(std::move(after))) << "still refused after Redis answered again";
   EXPECT_EQ(limits.state(), RedisState::kUp);
 }
@@ -579,8 +598,7 @@ TEST_F(RedisLimitsTest, RedisAwayRefusesBudgetsAndFallsBackToTheReplicasShareOfR
   // period from the ledger, which holds r1's 100.
   std::string error;
   ASSERT_TRUE(g_redis->start(&error)) << error;
-  std::this_thread::sleep_for(150ms);  // past the retry interval
-  LimitOutcome after = admitNow(limits, alice_, "r3", 900, 0, now);
+  LimitOutcome after = admitOnceRedisAnswers(limits, alice_, "r3", 900, 0, now);
   ASSERT_TRUE(granted(after)) << "still refused after Redis returned";
   EXPECT_EQ(limits.state(), RedisState::kUp);
   ASSERT_TRUE(limits.flush(5s));
