@@ -189,6 +189,8 @@ class DiskTier {
   const std::string& path() const { return options_.path; }
   uint64_t maxBytes() const { return options_.max_bytes; }  // the byte cap
 
+  // Whether writes work now (DiskTierStats::writable, without the rest).
+  bool writable() const;
   DiskTierStats stats() const;
 
  private:
@@ -218,7 +220,6 @@ class DiskTier {
   // noteWriteFailure, also called from RocksDB's background threads).
   enum class WriteGate : uint8_t { kOpen, kRetry, kRefused };
   WriteGate mayWrite();
-  bool writable() const;
   void noteWriteFailure(const std::string& error);
   void noteWriteSuccess();
   // Writes `batch`; on success forgets `victims` (their bytes become garbage

@@ -228,6 +228,8 @@ class PrefixCache final : public CacheMetricsSource {
   // nothing, publishes and write-backs stop. Returns the first check's Status.
   Status guardIdentity(std::function<Status()> still_valid, std::chrono::milliseconds interval);
   bool stale() const { return stale_.load(std::memory_order_acquire); }
+  // The disk tier's state (CacheStats::disk_state), without a snapshot's locks.
+  DiskState diskState() const;
 
   // An admin action (a team deleted, a shared prompt withdrawn): removes every
   // block of the namespace from tier 0 and the disk tier at once, including

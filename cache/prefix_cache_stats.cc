@@ -81,4 +81,9 @@ CacheStats PrefixCache::snapshot() const {
   return s;
 }
 
+DiskState PrefixCache::diskState() const {
+  if (disk_ != nullptr) return disk_->writable() ? DiskState::kOk : DiskState::kUnwritable;
+  return options_.disk_error.empty() ? DiskState::kNone : DiskState::kDegraded;
+}
+
 }  // namespace lg::cache

@@ -101,7 +101,9 @@ int runServe(const GlobalFlags& flags, const ServeArgs& args) {
   auto engine = loadEngine(config, load, &step);
   if (!engine.isOk()) return fail(engineLoadStepName(step), engine.status());
   Result<OpenedCache> cache = OpenedCache{};
-  if (config.cache.enabled) cache = openPrefixCache(config, cache::diskTierOptions(config).path, *engine->backend);
+  if (config.cache.enabled) {
+    cache = openPrefixCache(config, cache::diskTierOptions(config).path, *engine->backend, CacheUser::kServer);
+  }
   if (!cache.isOk()) return fail("prefix cache", cache.status());
   if (!config.cache.enabled) std::cerr << "latentgate serve: the prefix cache is off (cache.enabled = false)\n";
   auto grants = cache::sharedGrants(config);

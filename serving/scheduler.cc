@@ -448,7 +448,10 @@ void Scheduler::admit(Clock::time_point now) {
 }
 
 void Scheduler::startLookup(Sequence& seq, Clock::time_point now) {
-  seq.lookup_started = now;
+  // Read the clock here and when the lease is collected (not the step's
+  // `now`, which a lookup that resolves at once shares): Server-Timing's
+  // `cache` is then the lookup's own time, hashing and index included.
+  seq.lookup_started = Clock::now();
   if (cache_ == nullptr) {
     seq.phase = Phase::kComputing;
     seq.computing_since = now;
@@ -491,7 +494,7 @@ void Scheduler::collectReadyLookups(Clock::time_point now) {
         seq.usage.misses = seq.lease.misses();
         seq.usage.looked_up = true;
       }
-      seq.timing.cache_lookup = seconds(now - seq.lookup_started);
+      seq.timing.cache_lookup = seconds(Clock::now() - seq.lookup_started);
       seq.timing.cache_restore = seq.lease.restoreSeconds();
       std::lock_guard lock(stats_mu_);
       stats_.prompt_tokens += static_cast<uint64_t>(seq.usage.prompt_tokens);

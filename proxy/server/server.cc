@@ -496,8 +496,20 @@ void Server::Parts::addRoutes() {
   // replicas share one Redis, so taking this one out of rotation would help
   // no request, and requests without a budget still run (at this replica's
   // share of the rate limits) while budgeted ones get a 503 each.
+  // The cache's disk tier is reported and is no reason to be unready either
+  // (degraded or unwritable, tier 0 still serves). Weight files changed under
+  // the running process are: the cache has stopped (guardIdentity) and the
+  // engine's mapped weights may no longer be the ones it loaded.
   addHealthRoutes(router, [this] {
     Readiness r{true, ""};
+    if (const cache::PrefixCache* cache = engine.cache) {
+      if (cache->stale()) {
+        r.ready = false;
+        r.reason = "the model's weight files changed since they were loaded: restart the server to load them";
+      }
+      r.details.emplace_back("model_files", cache->stale() ? "changed" : "unchanged");
+      r.details.emplace_back("cache_disk", std::string(cache::diskStateName(cache->diskState())));
+    }
     if (drain) r.details.emplace_back("ledger_drain", std::string(billing::pg::drainStateName(drain->state())));
     if (redis_limits) r.details.emplace_back("redis", std::string(billing::redis::redisStateName(redis_limits->state())));
     // The control plane's too: "stale" while PostgreSQL is away (this replica

@@ -55,7 +55,8 @@ Result<std::unique_ptr<Harness>> Harness::start(HarnessOptions options) {
   if (options.cache) {
     // Tier 0 only unless asked: the disk tier has tests of its own (tests/cache/).
     const std::string disk = options.disk ? cache::diskTierOptions(h->config_).path : std::string();
-    LG_ASSIGN_OR_RETURN(h->cache_, cli::openPrefixCache(h->config_, disk, *h->engine_.backend));
+    LG_ASSIGN_OR_RETURN(h->cache_,
+                        cli::openPrefixCache(h->config_, disk, *h->engine_.backend, cli::CacheUser::kServer));
   }
   proxy::EngineParts parts;
   parts.model_id = "demo";

@@ -258,7 +258,11 @@ TEST_F(PostgresServeTest, ReplicasShowPostgresNumbersThroughAnOutageAndLoseNothi
   const CurlReply ready = get(*a, "/readyz", "");
   EXPECT_EQ(ready.status, 200);
   EXPECT_EQ(json::parse(ready.body),
-            (json{{"status", "ready"}, {"ledger_drain", "draining"}, {"control_sync", "synced"}}));
+            (json{{"status", "ready"},
+                  {"model_files", "unchanged"},
+                  {"cache_disk", "none"},
+                  {"ledger_drain", "draining"},
+                  {"control_sync", "synced"}}));
 
   // ---- every replica shows the same numbers: what the clients were told and what PostgreSQL holds
   expectUsageIsWhatClientsWereTold(*a, told, "replica a");
