@@ -81,6 +81,18 @@ TeamsApi::Purged TeamsApi::purge(const billing::TeamInfo& info) const {
 
   json purged = json::object();
   purged["dashboard_sessions"] = options_.drop_sessions ? options_.drop_sessions(team) : 0;
+  bool failed = false;
+  purged["snippet_consent"] = 0;
+  if (options_.withdraw_snippet_consent) {
+    auto withdrawn = options_.withdraw_snippet_consent(team);
+    if (withdrawn.isOk()) {
+      purged["snippet_consent"] = *withdrawn ? 1 : 0;
+    } else {
+      failed = true;
+      proxyLog()->error("team {} deleted, but withdrawing its snippet consent failed: {}", team,
+                        withdrawn.status().toString());
+    }
+  }
   const cache::TeamNamespace ns = cache::TeamNamespace::ofTeam(team, info.generation).value();
   size_t grants = 0;
   if (cache_ != nullptr) {
@@ -94,7 +106,6 @@ TeamsApi::Purged TeamsApi::purge(const billing::TeamInfo& info) const {
   purged["shared_grants"] = grants;
   purged["cache_blocks_memory"] = 0;
   purged["cache_blocks_disk"] = 0;
-  bool failed = false;
   if (cache_ != nullptr) {
     auto counts = cache_->purgeNamespace(ns);
     if (counts.isOk()) {

@@ -61,6 +61,9 @@ struct TeamsApiOptions {
   std::map<std::string, std::vector<cache::SharedNamespace>> shared_namespaces;
   // Ends a team's dashboard sessions; returns how many (the dashboard's).
   std::function<size_t(const std::string& team)> drop_sessions;
+  // Withdraws the team's consent to prompt snippets (snippet_consent.h), a
+  // control record naming who gave it; true: it had one.
+  std::function<Result<bool>(const std::string& team)> withdraw_snippet_consent;
   // How long a deletion waits for the team's cancelled requests to end.
   std::chrono::milliseconds drain{10000};
 };

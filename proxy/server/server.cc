@@ -372,6 +372,9 @@ Status Server::Parts::build() {
   teams_options.shared_namespaces = gateway_options.shared_namespaces;
   // The dashboard is built below, before any route runs.
   teams_options.drop_sessions = [this](const std::string& team) { return dashboard->sessions().removeTeam(team); };
+  teams_options.withdraw_snippet_consent = [this](const std::string& team) {
+    return snippet_consents->withdraw(team);
+  };
   teams_api = std::make_unique<TeamsApi>(std::move(teams_options), *keys, *admission, *generation, engine.cache,
                                          responses.get());
   billing_api = std::make_unique<BillingApi>(*reads, *ledger, *prices, *keys, *admission, budget_view);

@@ -206,5 +206,18 @@ TEST_F(PrefixBreakersServerTest, SnippetsOnlyWhileTheTeamsConsentIsRecorded) {
   EXPECT_EQ(report()["data"][0]["flagged_requests"], 3);
 }
 
+// A deleted team's consent goes with it: the record names a person, and a
+// new owner of the id (its next generation) starts without one anyway.
+TEST_F(PrefixBreakersServerTest, DeletingATeamWithdrawsItsSnippetConsent) {
+  const std::string path = "/admin/prefix-snippets/team-a";
+  ASSERT_EQ(h_->call("PUT", path, h_->adminKey(), json{{"consent_by", "Ada"}, {"retention_seconds", 60}}).status, 200);
+  ASSERT_EQ(h_->call("GET", path, h_->adminKey()).status, 200);
+  const auto deleted = h_->call("DELETE", "/admin/teams/team-a", h_->adminKey());
+  ASSERT_EQ(deleted.status, 200) << deleted.body;
+  EXPECT_EQ(json::parse(deleted.body)["purged"]["snippet_consent"], 1) << deleted.body;
+  EXPECT_EQ(h_->call("GET", path, h_->adminKey()).status, 404);
+  EXPECT_TRUE(json::parse(h_->call("GET", "/admin/prefix-snippets", h_->adminKey()).body)["data"].empty());
+}
+
 }  // namespace
 }  // namespace lg
