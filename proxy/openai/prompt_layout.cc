@@ -19,18 +19,31 @@ std::string_view anchorOf(const ChatMessage& m) {
   return {};
 }
 
-// The end of `needle` in `text` searched from `from`; templates commonly trim
-// a content, so a miss retries without its surrounding whitespace.
-std::optional<size_t> endOf(std::string_view text, std::string_view needle, size_t from) {
+// Where `needle` stands in `text`, searched from `from`: [begin, end) of
+// what was found, and `trimmed`, how many of the needle's leading bytes are
+// not in it. Templates commonly trim a content, so a miss retries without
+// its surrounding whitespace.
+struct Found {
+  size_t begin = 0, end = 0;
+  size_t trimmed = 0;
+};
+
+std::optional<Found> find(std::string_view text, std::string_view needle, size_t from) {
   if (needle.empty()) return std::nullopt;
-  if (size_t at = text.find(needle, from); at != std::string_view::npos) return at + needle.size();
+  if (size_t at = text.find(needle, from); at != std::string_view::npos) return Found{at, at + needle.size(), 0};
   const size_t b = needle.find_first_not_of(" \t\r\n");
   if (b == std::string_view::npos) return std::nullopt;
   const size_t e = needle.find_last_not_of(" \t\r\n");
   const std::string_view core = needle.substr(b, e - b + 1);
   if (core.size() == needle.size()) return std::nullopt;
-  if (size_t at = text.find(core, from); at != std::string_view::npos) return at + core.size();
+  if (size_t at = text.find(core, from); at != std::string_view::npos) return Found{at, at + core.size(), b};
   return std::nullopt;
+}
+
+std::optional<size_t> endOf(std::string_view text, std::string_view needle, size_t from) {
+  const std::optional<Found> found = find(text, needle, from);
+  if (!found) return std::nullopt;
+  return found->end;
 }
 
 }  // namespace
@@ -44,13 +57,15 @@ PromptLayout layOut(const ChatPrompt& prompt, std::string_view rendered, std::st
   // encoder's addendum follows the last one's content (or is a system
   // message of its own, found here as well), and belongs to it.
   const auto endSystemPart = [&] {
-    if (std::optional<size_t> end = endOf(rendered, addendum, cursor)) {
-      const size_t begin = *end - addendum.size();
-      if (!tools_text.empty() && addendum.substr(0, tools_text.size()) == tools_text) {
-        layout.tools_begin = begin;
-        layout.tools_end = begin + tools_text.size();
+    if (std::optional<Found> found = find(rendered, addendum, cursor)) {
+      // The tools' text opens the addendum; a trimmed addendum lost its
+      // leading white space, which the tools' text then loses too.
+      if (!tools_text.empty() && addendum.substr(0, tools_text.size()) == tools_text &&
+          tools_text.size() > found->trimmed) {
+        layout.tools_begin = found->begin;
+        layout.tools_end = std::min(found->end, found->begin + tools_text.size() - found->trimmed);
       }
-      cursor = *end;
+      cursor = found->end;
       if (!layout.message_end.empty()) layout.message_end.back() = cursor;
     }
     layout.system_end = cursor;

@@ -283,6 +283,26 @@ TEST_F(PromptEncoderTest, TheLayoutNamesEachPositionByItsMessageAndPart) {
   EXPECT_EQ(placeOf(first_encoded->layout, first_rendered.find("Hi there")).message, 1);
 }
 
+// A template that trims the system prompt trims the encoder's addendum with
+// it (the DeepSeek templates do not; others may): the tools part is where
+// their text stands, less the leading white space it lost.
+TEST(PromptLayout, ATrimmedAddendumPlacesTheToolsWhereTheyStand) {
+  ChatPrompt prompt;
+  prompt.messages = {ChatMessage{Role::kSystem, "Be brief."}, ChatMessage{Role::kUser, "Hi"}};
+  const std::string tools = "\n\n## Tools\n### f\n";
+  const std::string addendum = tools + "Call them.\n";
+  const std::string rendered = "<s>Be brief.## Tools\n### f\nCall them.<u>Hi<a>";
+  const PromptLayout layout = layOut(prompt, rendered, addendum, tools);
+  EXPECT_EQ(layout.tools_begin, rendered.find("## Tools"));
+  EXPECT_EQ(layout.tools_end, rendered.find("Call them."));
+  EXPECT_EQ(layout.system_end, rendered.find("<u>"));
+  ASSERT_EQ(layout.message_end.size(), 2u);
+  EXPECT_EQ(layout.message_end[0], rendered.find("<u>"));
+  EXPECT_EQ(placeOf(layout, rendered.find("Be brief.")).part, PromptPart::kSystem);
+  EXPECT_EQ(placeOf(layout, rendered.find("### f")).part, PromptPart::kTools);
+  EXPECT_EQ(placeOf(layout, rendered.find("Call them.")).part, PromptPart::kSystem);
+}
+
 TEST_F(PromptEncoderTest, TemplateInputShape) {
   const ParsedChatRequest req = chat({{"model", "m"}, {"messages", toolConversation()}, {"tools", weatherTools()}});
   const PromptEncoder encoder(*v3_, *tokenizer_);
