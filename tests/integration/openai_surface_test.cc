@@ -56,14 +56,22 @@ std::vector<SseEvent> parseSse(const std::string& body) {
 // bytes, a log-probability <= 0 and `top` alternatives, and the tokens' bytes
 // decoded as the scheduler decodes them (invalid UTF-8 as U+FFFD: the model
 // has random weights) are the part's text. Returns how many tokens.
-size_t expectOutputTextLogprobs(const json& part, size_t top) {
+// `constrained`: under a response format, tokens the grammar masks are no
+// alternatives, so a position where fewer than `top` tokens may come (the
+// "l" of "false") has fewer.
+size_t expectOutputTextLogprobs(const json& part, size_t top, bool constrained = false) {
   EXPECT_EQ(part["type"], "output_text");
   std::string bytes;
   for (const json& lp : part["logprobs"]) {
     EXPECT_LE(lp["logprob"].get<double>(), 0.0) << lp;
     EXPECT_TRUE(lp["token"].is_string());
     for (const json& b : lp["bytes"]) bytes += static_cast<char>(b.get<int>());
-    EXPECT_EQ(lp["top_logprobs"].size(), top) << lp;
+    if (constrained) {
+      EXPECT_GE(lp["top_logprobs"].size(), 1u) << lp;
+      EXPECT_LE(lp["top_logprobs"].size(), top) << lp;
+    } else {
+      EXPECT_EQ(lp["top_logprobs"].size(), top) << lp;
+    }
     for (const json& alt : lp["top_logprobs"]) {
       EXPECT_LE(alt["logprob"].get<double>(), 0.0) << alt;
       EXPECT_TRUE(alt["bytes"].is_array());
@@ -230,9 +238,9 @@ TEST_F(OpenAiSurfaceTest, CustomAndNamespaceToolsAreCalledAsTheirOwnItems) {
 TEST_F(OpenAiSurfaceTest, ResponsesReportOutputTextLogprobsBlockingAndStreamed) {
   // No tools and no reasoning: every generated token is output text, and the
   // harness has no end-of-sequence id, so there are max_output_tokens of them.
-  // Seeded: unseeded, about 2% of runs drew a reply that broke the counts
-  // below (one of the 12 tokens missing from the logprobs, or fewer than 3
-  // alternatives); that case is not diagnosed yet (the stop note says so).
+  // Seeded: in about 1% of unseeded runs one of the 12 tokens had no
+  // output_text logprob while the text matched the other 11 tokens' bytes;
+  // the cause is not found yet (the stop note of 2026-12-03 says so).
   const json body = {{"model", "demo"},
                      {"input", "Tell me about the sea."},
                      {"seed", 7},
@@ -298,7 +306,7 @@ TEST_F(OpenAiSurfaceTest, ResponsesReportOutputTextLogprobsBlockingAndStreamed) 
   const json json_response = json::parse(json_reply.body);
   size_t json_tokens = 0;
   for (const json& item : json_response["output"]) {
-    for (const json& part : item["content"]) json_tokens += expectOutputTextLogprobs(part, 3);
+    for (const json& part : item["content"]) json_tokens += expectOutputTextLogprobs(part, 3, /*constrained=*/true);
   }
   EXPECT_EQ(json_tokens, json_response["usage"]["output_tokens"].get<size_t>());
 
