@@ -81,18 +81,6 @@ TeamsApi::Purged TeamsApi::purge(const billing::TeamInfo& info) const {
 
   json purged = json::object();
   purged["dashboard_sessions"] = options_.drop_sessions ? options_.drop_sessions(team) : 0;
-  bool failed = false;
-  purged["snippet_consent"] = 0;
-  if (options_.withdraw_snippet_consent) {
-    auto withdrawn = options_.withdraw_snippet_consent(team);
-    if (withdrawn.isOk()) {
-      purged["snippet_consent"] = *withdrawn ? 1 : 0;
-    } else {
-      failed = true;
-      proxyLog()->error("team {} deleted, but withdrawing its snippet consent failed: {}", team,
-                        withdrawn.status().toString());
-    }
-  }
   const cache::TeamNamespace ns = cache::TeamNamespace::ofTeam(team, info.generation).value();
   size_t grants = 0;
   if (cache_ != nullptr) {
@@ -106,6 +94,7 @@ TeamsApi::Purged TeamsApi::purge(const billing::TeamInfo& info) const {
   purged["shared_grants"] = grants;
   purged["cache_blocks_memory"] = 0;
   purged["cache_blocks_disk"] = 0;
+  bool failed = false;
   if (cache_ != nullptr) {
     auto counts = cache_->purgeNamespace(ns);
     if (counts.isOk()) {
@@ -145,7 +134,20 @@ void TeamsApi::remove(const HttpRequest& request, std::shared_ptr<Exchange> exch
     return respondWithApiError(*exchange, controlPlaneError(deleted.status(), "deleting team " + team));
   }
   const billing::TeamInfo& info = deleted->team;
-  const Purged purged = purge(info);
+  Purged purged = purge(info);
+  // A control record: withdrawn here, once, and the erasure reaches every
+  // replica through the control plane (not in purge(), which each replica runs).
+  purged.counts["snippet_consent"] = 0;
+  if (options_.withdraw_snippet_consent) {
+    auto withdrawn = options_.withdraw_snippet_consent(team);
+    if (withdrawn.isOk()) {
+      purged.counts["snippet_consent"] = *withdrawn ? 1 : 0;
+    } else {
+      purged.failed = true;
+      proxyLog()->error("team {} deleted, but withdrawing its snippet consent failed: {}", team,
+                        withdrawn.status().toString());
+    }
+  }
   proxyLog()->info("admin deleted team {} (generation {}): {} key(s) revoked, purged {}", team, info.generation,
                    deleted->revoked.size(), purged.counts.dump());
   if (purged.failed) {
