@@ -97,7 +97,7 @@ json prefixBreakersJson(const std::vector<PrefixBreakerReport>& rows, const bill
               {{"message", r.message >= 0 ? json(r.message) : json(nullptr)},
                {"message_token", r.message_token},
                {"token", r.token},
-               {"part", promptPartName(r.part)}}},
+               {"part", openai::promptPartName(r.part)}}},
              {"common_tokens", r.common_tokens},
              {"saving_per_request", billing::usd(r.saving_per_request)},
              {"saving_total", billing::usd(r.saving_total)},

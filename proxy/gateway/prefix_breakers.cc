@@ -61,17 +61,6 @@ int64_t savingPerDay(int64_t total, int64_t first_us, int64_t last_us) {
 
 }  // namespace
 
-const char* promptPartName(openai::PromptPart part) {
-  switch (part) {
-    case openai::PromptPart::kSystem: return "system";
-    case openai::PromptPart::kTools: return "tools";
-    case openai::PromptPart::kHistory: return "history";
-    case openai::PromptPart::kInput: return "input";
-    case openai::PromptPart::kNone: break;
-  }
-  return "none";
-}
-
 std::optional<Divergence> findDivergence(std::span<const uint32_t> previous, std::span<const uint32_t> current) {
   const size_t shorter = std::min(previous.size(), current.size());
   size_t at = 0;
@@ -177,6 +166,12 @@ uint64_t PrefixBreakers::footprint(const KeyState& state) {
              (row.report.snippet ? row.report.snippet->size() : 0);
   }
   return bytes;
+}
+
+void PrefixBreakers::recountLocked(KeyState& state) {
+  bytes_ -= state.bytes;
+  state.bytes = footprint(state);
+  bytes_ += state.bytes;
 }
 
 void PrefixBreakers::eraseLocked(std::unordered_map<std::string, KeyState>::iterator it) {
@@ -298,9 +293,7 @@ bool PrefixBreakers::observe(const Request& request) {
     }
   }
 
-  bytes_ -= state.bytes;
-  state.bytes = footprint(state);
-  bytes_ += state.bytes;
+  recountLocked(state);
   // The least recently seen keys go first; the key just seen last of all.
   while (bytes_ > static_cast<uint64_t>(options_.max_bytes) && !lru_.empty()) {
     eraseLocked(keys_.find(lru_.back()));
@@ -335,9 +328,7 @@ void PrefixBreakers::dropSnippets(std::string_view team) {
   for (auto& [key_id, state] : keys_) {
     if (state.team != team) continue;
     for (auto& [fingerprint, row] : state.rows) row.report.snippet.reset();
-    bytes_ -= state.bytes;
-    state.bytes = footprint(state);
-    bytes_ += state.bytes;
+    recountLocked(state);
   }
 }
 
@@ -345,15 +336,6 @@ void PrefixBreakers::forgetKey(std::string_view key_id) {
   std::lock_guard lock(mu_);
   const auto it = keys_.find(std::string(key_id));
   if (it != keys_.end()) eraseLocked(it);
-}
-
-void PrefixBreakers::forgetTeam(std::string_view team) {
-  std::lock_guard lock(mu_);
-  for (auto it = keys_.begin(); it != keys_.end();) {
-    auto next = std::next(it);
-    if (it->second.team == team) eraseLocked(it);
-    it = next;
-  }
 }
 
 PrefixBreakers::Stats PrefixBreakers::stats() const {

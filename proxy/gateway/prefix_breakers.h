@@ -128,8 +128,6 @@ struct PrefixBreakerReport {
   std::optional<std::string> snippet;  // the tokens around the divergence (consenting teams only)
 };
 
-const char* promptPartName(openai::PromptPart part);
-
 class PrefixBreakers {
  public:
   // `snippet_retention`: seconds a team's snippets are kept (its consent);
@@ -161,9 +159,8 @@ class PrefixBreakers {
   std::vector<PrefixBreakerReport> report(std::string_view team = {}) const;
   // Drops every snippet of `team` (its consent was withdrawn).
   void dropSnippets(std::string_view team);
-  // Drops everything kept for `key_id` (revoked) or `team` (deleted).
+  // Drops everything kept for `key_id` (revoked; a deleted team's keys are).
   void forgetKey(std::string_view key_id);
-  void forgetTeam(std::string_view team);
 
   struct Stats {
     uint64_t keys = 0, rows = 0, snippets = 0, bytes = 0;
@@ -194,6 +191,7 @@ class PrefixBreakers {
     uint64_t bytes = 0;
   };
   static uint64_t footprint(const KeyState& state);
+  void recountLocked(KeyState& state);  // state.bytes and bytes_ after state changed
   void eraseLocked(std::unordered_map<std::string, KeyState>::iterator it);
   void dropExpiredSnippetsLocked(KeyState& state, int64_t now_us);
   int64_t nowUs() const;

@@ -107,6 +107,17 @@ PromptPlace placeOf(const PromptLayout& layout, size_t byte) {
   return place;
 }
 
+const char* promptPartName(PromptPart part) {
+  switch (part) {
+    case PromptPart::kSystem: return "system";
+    case PromptPart::kTools: return "tools";
+    case PromptPart::kHistory: return "history";
+    case PromptPart::kInput: return "input";
+    case PromptPart::kNone: break;
+  }
+  return "none";
+}
+
 TokenLengths::TokenLengths(const text::Tokenizer& tokenizer) {
   lengths_.resize(static_cast<size_t>(std::max(0, tokenizer.vocabSize())));
   for (size_t id = 0; id < lengths_.size(); ++id) {

@@ -71,6 +71,9 @@ PromptLayout layOut(const ChatPrompt& prompt, std::string_view rendered, std::st
 
 PromptPlace placeOf(const PromptLayout& layout, size_t byte);
 
+// "system", "tools", "history", "input"; "none" for kNone.
+const char* promptPartName(PromptPart part);
+
 // The byte length of every token's text, made once per tokenizer, so that a
 // prompt's token positions map to bytes in one pass of additions.
 class TokenLengths {

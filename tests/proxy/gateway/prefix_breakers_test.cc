@@ -263,7 +263,7 @@ TEST(PrefixBreakersTest, TheMemoryBoundHoldsUnderManyKeys) {
   EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.key_id == "key-499"; }));
   EXPECT_FALSE(std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.key_id == "key-0"; }));
 
-  f.breakers.forgetTeam("team-a");
+  for (int k = 0; k < 500; ++k) f.breakers.forgetKey("key-" + std::to_string(k));
   EXPECT_EQ(f.breakers.stats().keys, 0u);
   EXPECT_EQ(f.breakers.stats().bytes, 0u);
 }
