@@ -43,8 +43,8 @@ Result<OpenedCache> openPrefixCache(const Config& config, const std::string& cac
           options.secret = std::make_shared<const cache::CacheSecret>(std::move(secret).value());
         } else {
           opened.error = secret.status().toString();
-          cache::cacheLog()->error("latent store {}: its key cannot be read ({}); serving with tier 0 only", cache_dir,
-                            opened.error);
+          cache::cacheLog()->error("latent store {}: its key cannot be read ({}); serving with tier 0 only",
+                                   cache_dir, opened.error);
         }
       }
       options.disk_error = std::move(opened.error);

@@ -288,7 +288,12 @@ TEST_F(PromptEncoderTest, TheLayoutNamesEachPositionByItsMessageAndPart) {
 // their text stands, less the leading white space it lost.
 TEST(PromptLayout, ATrimmedAddendumPlacesTheToolsWhereTheyStand) {
   ChatPrompt prompt;
-  prompt.messages = {ChatMessage{Role::kSystem, "Be brief."}, ChatMessage{Role::kUser, "Hi"}};
+  ChatMessage system, user;
+  system.role = Role::kSystem;
+  system.content = "Be brief.";
+  user.role = Role::kUser;
+  user.content = "Hi";
+  prompt.messages = {system, user};
   const std::string tools = "\n\n## Tools\n### f\n";
   const std::string addendum = tools + "Call them.\n";
   const std::string rendered = "<s>Be brief.## Tools\n### f\nCall them.<u>Hi<a>";
